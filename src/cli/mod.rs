@@ -1,0 +1,162 @@
+//! The command line: clap definitions, each command a thin layer over the library.
+//! Exit codes: 0 success, 1 user error (one line naming what was wrong), 2 usage error.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand};
+
+use crate::mount::{self, MountRequest};
+
+#[derive(Debug, Parser)]
+#[command(name = "agx", version, about = "Undoable, attributable, branchable agent work on a project", long_about = None)]
+pub struct Cli {
+    /// Run as if started in DIR (default: the project containing the current directory).
+    #[arg(short = 'C', global = true, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Print one JSON document on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Put agx in front of a project directory (in place, unless --at is given).
+    Mount {
+        /// The project directory (default: the current directory).
+        dir: Option<PathBuf>,
+        /// Serve the project at MOUNTPOINT instead of over the project itself.
+        #[arg(long, value_name = "MOUNTPOINT")]
+        at: Option<PathBuf>,
+        /// Stay in the foreground (logs on stderr) instead of detaching.
+        #[arg(long)]
+        foreground: bool,
+        /// Let other users' processes use the mount (the default as root).
+        #[arg(long, overrides_with = "no_allow_other")]
+        allow_other: bool,
+        /// Only the mounting user may use the mount.
+        #[arg(long, hide = true)]
+        no_allow_other: bool,
+    },
+    /// Flush, unmount and stop the daemon.
+    Unmount {
+        /// The project or mountpoint (default: the current project).
+        dir: Option<PathBuf>,
+        /// Detach now even if processes still use the mount; the daemon exits after them.
+        #[arg(long)]
+        lazy: bool,
+    },
+    /// Whether the project is mounted, by which daemon, since when, in which mode.
+    Status,
+}
+
+/// The project a command is about: -C, else the nearest ancestor of the current
+/// directory that has an agx mount or a `.agx` directory, else the current directory.
+fn project_dir(cli_dir: Option<&Path>) -> PathBuf {
+    if let Some(d) = cli_dir {
+        return d.to_path_buf();
+    }
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    for a in cwd.ancestors() {
+        if mount::live_state(a).is_some() || a.join(crate::fs::AGX_DIR_NAME).is_dir() {
+            return a.to_path_buf();
+        }
+    }
+    cwd
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.cmd {
+        Cmd::Mount {
+            dir,
+            at,
+            foreground,
+            allow_other,
+            no_allow_other,
+        } => {
+            crate::logging::init(if foreground {
+                log::LevelFilter::Info
+            } else {
+                log::LevelFilter::Warn
+            });
+            let dir = dir
+                .or(cli.dir)
+                .unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| ".".into()));
+            let req = MountRequest {
+                dir,
+                at,
+                foreground,
+                allow_other: if allow_other {
+                    Some(true)
+                } else if no_allow_other {
+                    Some(false)
+                } else {
+                    None
+                },
+            };
+            let prepared = mount::prepare(&req)?;
+            if !foreground {
+                let users = mount::procs::with_cwd_inside(&prepared.mountpoint);
+                if !users.is_empty() {
+                    eprintln!(
+                        "agx: warning: these processes have their working directory inside {} and bypass agx until they cd there again: {}",
+                        prepared.mountpoint.display(),
+                        mount::procs::list(&users)
+                    );
+                }
+            }
+            if foreground {
+                let notify = std::env::var_os("AGX_READY_STDOUT").is_some();
+                mount::serve(&prepared, notify)?;
+                return Ok(());
+            }
+            let st = mount::spawn(&prepared)?;
+            if cli.json {
+                println!("{}", serde_json::to_string_pretty(&st)?);
+            } else {
+                println!(
+                    "mounted {} (daemon pid {}, {})",
+                    st.mountpoint.display(),
+                    st.pid,
+                    st.mode
+                );
+            }
+            Ok(())
+        }
+        Cmd::Unmount { dir, lazy } => {
+            crate::logging::init(log::LevelFilter::Warn);
+            let dir = dir.unwrap_or_else(|| project_dir(cli.dir.as_deref()));
+            let msg = mount::unmount(&dir, lazy)?;
+            if cli.json {
+                println!("{}", serde_json::json!({ "ok": true, "message": msg }));
+            } else {
+                println!("{msg}");
+            }
+            Ok(())
+        }
+        Cmd::Status => {
+            crate::logging::init(log::LevelFilter::Warn);
+            let dir = project_dir(cli.dir.as_deref());
+            let st = mount::status(&dir)?;
+            if cli.json {
+                println!("{}", serde_json::to_string_pretty(&st)?);
+            } else if st.mounted {
+                println!("project:    {}", st.project.display());
+                println!(
+                    "mounted at: {}",
+                    st.mountpoint.as_deref().unwrap_or(Path::new("?")).display()
+                );
+                println!("daemon pid: {}", st.pid.unwrap_or(0));
+                println!("since:      {}", st.since.as_deref().unwrap_or("?"));
+                println!("mode:       {}", st.mode.as_deref().unwrap_or("?"));
+                if let Some(l) = &st.log {
+                    println!("log:        {}", l.display());
+                }
+            } else {
+                println!("{}: not mounted", st.project.display());
+            }
+            Ok(())
+        }
+    }
+}

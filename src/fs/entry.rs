@@ -1,0 +1,223 @@
+//! Name operations: lookup, creation of non-regular objects, removal, rename, link.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+
+use fuser::{Errno, FileAttr};
+use rustix::fs::{AtFlags, FileType as RxType, Gid, Mode, RenameFlags, Stat, Uid};
+
+use super::{AgxFs, OrErrno};
+use crate::capture::Mutation;
+use crate::fs::inode::Node;
+use crate::ids::NodeId;
+
+/// Who a request comes from: new objects belong to them.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl AgxFs {
+    /// A parent directory that accepts changes, and the node behind it.
+    pub(super) fn writable_parent(&self, parent: NodeId, name: &OsStr) -> Result<Arc<Node>, Errno> {
+        if parent == NodeId::AGX_DIR || Self::is_agx(parent, name) {
+            return Err(Errno::EROFS);
+        }
+        self.node(parent)
+    }
+
+    pub(super) fn do_lookup(&self, parent: NodeId, name: &OsStr) -> Result<FileAttr, Errno> {
+        if parent == NodeId::AGX_DIR {
+            return Err(Errno::ENOENT);
+        }
+        if Self::is_agx(parent, name) {
+            return Ok(self.agx_dir_attr());
+        }
+        let p = self.node(parent)?;
+        let (node, st) = self.lookup_node(&p, name)?;
+        Ok(self.entry_attr(&node, &st))
+    }
+
+    /// Gives a new object to the caller. The daemon creates as root (so the kernel's own
+    /// permission check, done with the caller's groups, is the one that counts), then hands
+    /// ownership over; the group follows a set-gid parent as the filesystem chose it.
+    pub(super) fn give_to_caller(
+        &self,
+        parent: &Node,
+        name: &OsStr,
+        caller: Caller,
+        mode: u32,
+    ) -> Result<(), Errno> {
+        if caller.uid == 0 && caller.gid == 0 {
+            return Ok(());
+        }
+        let pst = rustix::fs::fstat(&parent.fd).or_errno()?;
+        let gid = if pst.st_mode & libc::S_ISGID != 0 {
+            None
+        } else {
+            Some(Gid::from_raw(caller.gid))
+        };
+        rustix::fs::chownat(
+            &parent.fd,
+            name,
+            Some(Uid::from_raw(caller.uid)),
+            gid,
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .or_errno()?;
+        // chown clears set-id bits of non-directories; put back what the caller asked for.
+        let kind = RxType::from_raw_mode(mode);
+        if mode & 0o6000 != 0 && kind != RxType::Directory && kind != RxType::Symlink {
+            rustix::fs::chmodat(
+                &parent.fd,
+                name,
+                Mode::from_raw_mode(mode & 0o7777),
+                AtFlags::empty(),
+            )
+            .or_errno()?;
+        }
+        Ok(())
+    }
+
+    /// Looks up a just-created object and gives it to the caller.
+    fn finish_new(
+        &self,
+        parent: &Node,
+        name: &OsStr,
+        caller: Caller,
+        mode: u32,
+    ) -> Result<FileAttr, Errno> {
+        self.give_to_caller(parent, name, caller, mode)?;
+        let (node, st) = self.lookup_node(parent, name)?;
+        Ok(self.entry_attr(&node, &st))
+    }
+
+    pub(super) fn do_mkdir(
+        &self,
+        parent: NodeId,
+        name: &OsStr,
+        mode: u32,
+        caller: Caller,
+    ) -> Result<FileAttr, Errno> {
+        let p = self.writable_parent(parent, name)?;
+        self.capture
+            .before(&Mutation::NewName { parent: &p, name })?;
+        rustix::fs::mkdirat(&p.fd, name, Mode::from_raw_mode(mode & 0o7777)).or_errno()?;
+        self.finish_new(&p, name, caller, mode | libc::S_IFDIR)
+    }
+
+    pub(super) fn do_mknod(
+        &self,
+        parent: NodeId,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+        caller: Caller,
+    ) -> Result<FileAttr, Errno> {
+        let p = self.writable_parent(parent, name)?;
+        self.capture
+            .before(&Mutation::NewName { parent: &p, name })?;
+        rustix::fs::mknodat(
+            &p.fd,
+            name,
+            RxType::from_raw_mode(mode),
+            Mode::from_raw_mode(mode & 0o7777),
+            rdev as u64,
+        )
+        .or_errno()?;
+        self.finish_new(&p, name, caller, mode)
+    }
+
+    pub(super) fn do_symlink(
+        &self,
+        parent: NodeId,
+        name: &OsStr,
+        target: &Path,
+        caller: Caller,
+    ) -> Result<FileAttr, Errno> {
+        let p = self.writable_parent(parent, name)?;
+        self.capture
+            .before(&Mutation::NewName { parent: &p, name })?;
+        rustix::fs::symlinkat(target, &p.fd, name).or_errno()?;
+        self.finish_new(&p, name, caller, libc::S_IFLNK | 0o777)
+    }
+
+    pub(super) fn do_link(
+        &self,
+        ino: NodeId,
+        new_parent: NodeId,
+        new_name: &OsStr,
+    ) -> Result<FileAttr, Errno> {
+        if ino == NodeId::AGX_DIR {
+            return Err(Errno::EPERM);
+        }
+        let node = self.node(ino)?;
+        let p = self.writable_parent(new_parent, new_name)?;
+        self.capture.before(&Mutation::NewName {
+            parent: &p,
+            name: new_name,
+        })?;
+        // Through /proc/self/fd, linkat needs no CAP_DAC_READ_SEARCH (unlike AT_EMPTY_PATH).
+        rustix::fs::linkat(
+            &self.proc_fd,
+            super::fd_name(std::os::fd::AsFd::as_fd(&node.fd)),
+            &p.fd,
+            new_name,
+            AtFlags::SYMLINK_FOLLOW,
+        )
+        .or_errno()?;
+        let (node, st) = self.lookup_node(&p, new_name)?;
+        Ok(self.entry_attr(&node, &st))
+    }
+
+    pub(super) fn do_remove(&self, parent: NodeId, name: &OsStr, dir: bool) -> Result<(), Errno> {
+        let p = self.writable_parent(parent, name)?;
+        self.capture
+            .before(&Mutation::Remove { parent: &p, name })?;
+        let flags = if dir {
+            AtFlags::REMOVEDIR
+        } else {
+            AtFlags::empty()
+        };
+        rustix::fs::unlinkat(&p.fd, name, flags).or_errno()
+    }
+
+    pub(super) fn do_rename(
+        &self,
+        parent: NodeId,
+        name: &OsStr,
+        new_parent: NodeId,
+        new_name: &OsStr,
+        flags: u32,
+    ) -> Result<(), Errno> {
+        let p = self.writable_parent(parent, name)?;
+        let np = self.writable_parent(new_parent, new_name)?;
+        self.capture.before(&Mutation::Rename {
+            parent: &p,
+            name,
+            new_parent: &np,
+            new_name,
+            flags,
+        })?;
+        let rflags = RenameFlags::from_bits(flags).ok_or(Errno::EINVAL)?;
+        rustix::fs::renameat_with(&p.fd, name, &np.fd, new_name, rflags).or_errno()?;
+        // Keep the recorded places of the moved objects current.
+        self.note_place(&np, new_name);
+        if rflags.contains(RenameFlags::EXCHANGE) {
+            self.note_place(&p, name);
+        }
+        Ok(())
+    }
+
+    /// Records that the object now at `parent/name` (if the kernel knows it) lives there.
+    fn note_place(&self, parent: &Node, name: &OsStr) {
+        if let Ok(st) = rustix::fs::statat(&parent.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            let st: Stat = st;
+            if let Some(n) = self.inodes.find(super::key_of(&st)) {
+                n.set_place(parent.id, name);
+            }
+        }
+    }
+}

@@ -1,0 +1,430 @@
+//! Regular-file operations: open/create (with kernel passthrough when granted), I/O for
+//! the non-passthrough fallback, attributes, sync, allocation.
+
+use std::ffi::OsStr;
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use fuser::{BackingId, Errno, FileAttr, FopenFlags, TimeOrNow};
+use rustix::fs::{AtFlags, FallocateFlags, Mode, OFlags, SeekFrom, Timespec, Timestamps};
+
+use super::entry::Caller;
+use super::handle::{FileHandle, Handle};
+use super::{attr, AgxFs, OrErrno};
+use crate::capture::Mutation;
+use crate::fs::inode::Node;
+use crate::ids::{HandleId, NodeId};
+
+/// Attribute changes requested by `setattr`.
+#[derive(Default, Debug)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeOrNow>,
+    pub mtime: Option<TimeOrNow>,
+}
+
+/// How an open was answered.
+pub struct Opened {
+    pub fh: HandleId,
+    pub flags: FopenFlags,
+    pub node: Arc<Node>,
+    pub passthrough: bool,
+}
+
+fn writes(flags: OFlags) -> bool {
+    flags.intersects(OFlags::WRONLY | OFlags::RDWR) || flags.contains(OFlags::TRUNC)
+}
+
+/// Flags for the daemon's own descriptor of an open file.
+fn handle_flags(flags: i32) -> OFlags {
+    let f = OFlags::from_bits_retain(flags as u32);
+    (f & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::DIRECT)) | OFlags::CLOEXEC
+}
+
+fn timespec(t: TimeOrNow) -> Timespec {
+    match t {
+        TimeOrNow::Now => Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        },
+        TimeOrNow::SpecificTime(t) => match t.duration_since(SystemTime::UNIX_EPOCH) {
+            Ok(d) => Timespec {
+                tv_sec: d.as_secs() as i64,
+                tv_nsec: d.subsec_nanos() as _,
+            },
+            Err(e) => {
+                let d = e.duration();
+                let (mut s, mut n) = (-(d.as_secs() as i64), -(d.subsec_nanos() as i64));
+                if n < 0 {
+                    s -= 1;
+                    n += 1_000_000_000;
+                }
+                Timespec {
+                    tv_sec: s,
+                    tv_nsec: n as _,
+                }
+            }
+        },
+    }
+}
+
+const OMIT: Timespec = Timespec {
+    tv_sec: 0,
+    tv_nsec: rustix::fs::UTIME_OMIT,
+};
+
+impl AgxFs {
+    pub(super) fn do_getattr(&self, ino: NodeId, fh: Option<HandleId>) -> Result<FileAttr, Errno> {
+        if ino == NodeId::AGX_DIR {
+            return Ok(self.agx_dir_attr());
+        }
+        if let Some(Handle::File(h)) = fh.and_then(|fh| self.handles.get(fh)).as_deref() {
+            let st = rustix::fs::fstat(&h.file).or_errno()?;
+            return Ok(attr::from_stat(self.report_id(ino, &st), &st));
+        }
+        let node = self.node(ino)?;
+        let st = rustix::fs::fstat(&node.fd).or_errno()?;
+        Ok(attr::from_stat(self.report_id(ino, &st), &st))
+    }
+
+    /// The inode number `stat` reports: the node id, except for the root, which keeps its
+    /// backing number (its node id is fixed at 1 by the protocol).
+    fn report_id(&self, ino: NodeId, st: &rustix::fs::Stat) -> NodeId {
+        if ino == NodeId::ROOT {
+            NodeId(st.st_ino)
+        } else {
+            ino
+        }
+    }
+
+    pub(super) fn do_setattr(
+        &self,
+        ino: NodeId,
+        fh: Option<HandleId>,
+        set: SetAttr,
+    ) -> Result<FileAttr, Errno> {
+        if ino == NodeId::AGX_DIR {
+            return Err(Errno::EROFS);
+        }
+        let node = self.node(ino)?;
+        self.capture.before(&Mutation::SetAttr {
+            node: &node,
+            size: set.size,
+        })?;
+        let handle = fh.and_then(|fh| self.handles.get(fh));
+        // Owner first: chown clears set-id bits, which a mode in the same request restores.
+        if set.uid.is_some() || set.gid.is_some() {
+            rustix::fs::chownat(
+                &node.fd,
+                "",
+                set.uid.map(rustix::fs::Uid::from_raw),
+                set.gid.map(rustix::fs::Gid::from_raw),
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .or_errno()?;
+        }
+        if let Some(mode) = set.mode {
+            rustix::fs::chmodat(
+                &self.proc_fd,
+                super::fd_name(node.fd.as_fd()),
+                Mode::from_raw_mode(mode & 0o7777),
+                AtFlags::empty(),
+            )
+            .or_errno()?;
+        }
+        if let Some(size) = set.size {
+            match handle.as_deref() {
+                Some(Handle::File(h)) => rustix::fs::ftruncate(&h.file, size).or_errno()?,
+                _ => {
+                    let f = self.reopen(node.fd.as_fd(), OFlags::WRONLY)?;
+                    rustix::fs::ftruncate(&f, size).or_errno()?;
+                }
+            }
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            let ts = Timestamps {
+                last_access: set.atime.map(timespec).unwrap_or(OMIT),
+                last_modification: set.mtime.map(timespec).unwrap_or(OMIT),
+            };
+            if node.kind == fuser::FileType::Symlink {
+                let (parent, name) = node.place();
+                let p = self.node(parent)?;
+                rustix::fs::utimensat(&p.fd, &name, &ts, AtFlags::SYMLINK_NOFOLLOW).or_errno()?;
+            } else {
+                rustix::fs::utimensat(
+                    &self.proc_fd,
+                    super::fd_name(node.fd.as_fd()),
+                    &ts,
+                    AtFlags::empty(),
+                )
+                .or_errno()?;
+            }
+        }
+        let st = match handle.as_deref() {
+            Some(Handle::File(h)) => rustix::fs::fstat(&h.file),
+            _ => rustix::fs::fstat(&node.fd),
+        }
+        .or_errno()?;
+        Ok(attr::from_stat(self.report_id(ino, &st), &st))
+    }
+
+    pub(super) fn do_readlink(&self, ino: NodeId) -> Result<Vec<u8>, Errno> {
+        let node = self.node(ino)?;
+        let target = rustix::fs::readlinkat(&node.fd, "", Vec::new()).or_errno()?;
+        Ok(target.into_bytes())
+    }
+
+    /// Opens an existing regular file. `register` turns a descriptor into the kernel's
+    /// passthrough registration (the reply object does that).
+    pub(super) fn do_open(
+        &self,
+        ino: NodeId,
+        flags: i32,
+        register: impl FnOnce(&std::os::fd::OwnedFd) -> std::io::Result<BackingId>,
+    ) -> Result<Opened, Errno> {
+        if ino == NodeId::AGX_DIR {
+            return Err(Errno::EISDIR);
+        }
+        let node = self.node(ino)?;
+        let oflags = handle_flags(flags);
+        if writes(oflags) {
+            self.capture.before(&Mutation::OpenWrite {
+                node: &node,
+                truncate: oflags.contains(OFlags::TRUNC),
+            })?;
+        }
+        let file = self.reopen(node.fd.as_fd(), oflags)?;
+        Ok(self.new_file_handle(node, file, register))
+    }
+
+    pub(super) fn do_create(
+        &self,
+        parent: NodeId,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        caller: Caller,
+        register: impl FnOnce(&std::os::fd::OwnedFd) -> std::io::Result<BackingId>,
+    ) -> Result<(Opened, FileAttr), Errno> {
+        let p = self.writable_parent(parent, name)?;
+        let oflags = handle_flags(flags);
+        let user_excl = OFlags::from_bits_retain(flags as u32).contains(OFlags::EXCL);
+        self.capture
+            .before(&Mutation::NewName { parent: &p, name })?;
+        let perm = Mode::from_raw_mode(mode & 0o7777);
+        // Exclusive first, so an existing file is known (and announced) before O_TRUNC.
+        let file =
+            match rustix::fs::openat(&p.fd, name, oflags | OFlags::CREATE | OFlags::EXCL, perm) {
+                Ok(f) => {
+                    self.give_to_caller(&p, name, caller, mode)?;
+                    f
+                }
+                Err(rustix::io::Errno::EXIST) if !user_excl => {
+                    let (node, _) = self.lookup_node(&p, name)?;
+                    self.inodes.forget(node.id, 1);
+                    if writes(oflags) {
+                        self.capture.before(&Mutation::OpenWrite {
+                            node: &node,
+                            truncate: oflags.contains(OFlags::TRUNC),
+                        })?;
+                    }
+                    rustix::fs::openat(&p.fd, name, oflags | OFlags::NOFOLLOW, perm).or_errno()?
+                }
+                Err(e) => return Err(super::errno(e)),
+            };
+        let (node, st) = self.lookup_node(&p, name)?;
+        let attr = self.entry_attr(&node, &st);
+        Ok((self.new_file_handle(node, file, register), attr))
+    }
+
+    fn new_file_handle(
+        &self,
+        node: Arc<Node>,
+        file: std::os::fd::OwnedFd,
+        register: impl FnOnce(&std::os::fd::OwnedFd) -> std::io::Result<BackingId>,
+    ) -> Opened {
+        let mut passthrough = false;
+        if self.passthrough.load(Ordering::Relaxed) {
+            let mut slot = node.backing.lock().unwrap_or_else(|e| e.into_inner());
+            if slot.id.is_none() {
+                match register(&file) {
+                    Ok(id) => slot.id = Some(id),
+                    Err(e) => {
+                        if !self.passthrough_warned.swap(true, Ordering::Relaxed) {
+                            log::warn!("passthrough registration failed ({e}); this open and later failures go through the daemon");
+                        }
+                    }
+                }
+            }
+            if slot.id.is_some() {
+                slot.opens += 1;
+                passthrough = true;
+            }
+        }
+        let fh = self.handles.insert(Handle::File(FileHandle {
+            node: node.clone(),
+            file,
+            passthrough,
+        }));
+        // The kernel refuses page-cache flags on passthrough opens (the backing file's
+        // cache is the one used); without passthrough the cache stays valid across opens
+        // because every write goes through this mount.
+        let flags = if passthrough {
+            FopenFlags::empty()
+        } else {
+            FopenFlags::FOPEN_KEEP_CACHE
+        };
+        Opened {
+            fh,
+            flags,
+            node,
+            passthrough,
+        }
+    }
+
+    pub(super) fn do_release(&self, fh: HandleId) {
+        if let Some(h) = self.handles.remove(fh) {
+            if let Handle::File(f) = &*h {
+                if f.passthrough {
+                    let mut slot = f.node.backing.lock().unwrap_or_else(|e| e.into_inner());
+                    slot.opens = slot.opens.saturating_sub(1);
+                    if slot.opens == 0 {
+                        // Dropping the id unregisters it; the kernel keeps its own reference
+                        // for as long as it needs the backing file.
+                        slot.id = None;
+                    }
+                }
+            }
+        }
+    }
+
+    fn file_handle(&self, fh: HandleId) -> Result<Arc<Handle>, Errno> {
+        match self.handles.get(fh) {
+            Some(h) if matches!(*h, Handle::File(_)) => Ok(h),
+            _ => Err(Errno::EBADF),
+        }
+    }
+
+    pub(super) fn with_file<T>(
+        &self,
+        fh: HandleId,
+        f: impl FnOnce(&FileHandle) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        let h = self.file_handle(fh)?;
+        match &*h {
+            Handle::File(fh) => f(fh),
+            Handle::Dir(_) => Err(Errno::EBADF),
+        }
+    }
+
+    pub(super) fn do_read(&self, fh: HandleId, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        self.with_file(fh, |h| {
+            let mut buf = vec![0u8; size as usize];
+            let mut done = 0;
+            while done < buf.len() {
+                let n = rustix::io::pread(&h.file, &mut buf[done..], offset + done as u64)
+                    .or_errno()?;
+                if n == 0 {
+                    break;
+                }
+                done += n;
+            }
+            buf.truncate(done);
+            Ok(buf)
+        })
+    }
+
+    pub(super) fn do_write(&self, fh: HandleId, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+        self.with_file(fh, |h| {
+            let mut done = 0;
+            while done < data.len() {
+                let n =
+                    rustix::io::pwrite(&h.file, &data[done..], offset + done as u64).or_errno()?;
+                if n == 0 {
+                    break;
+                }
+                done += n;
+            }
+            Ok(done as u32)
+        })
+    }
+
+    pub(super) fn do_fsync(&self, fh: HandleId, datasync: bool) -> Result<(), Errno> {
+        let h = self.handles.get(fh).ok_or(Errno::EBADF)?;
+        let fd = match &*h {
+            Handle::File(f) => f.file.as_fd(),
+            Handle::Dir(d) => match &d.file {
+                Some(f) => f.as_fd(),
+                None => return Ok(()),
+            },
+        };
+        if datasync {
+            rustix::fs::fdatasync(fd).or_errno()
+        } else {
+            rustix::fs::fsync(fd).or_errno()
+        }
+    }
+
+    pub(super) fn do_fallocate(
+        &self,
+        fh: HandleId,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Result<(), Errno> {
+        self.with_file(fh, |h| {
+            self.capture.before(&Mutation::Content { node: &h.node })?;
+            rustix::fs::fallocate(
+                &h.file,
+                FallocateFlags::from_bits_retain(mode as u32),
+                offset,
+                length,
+            )
+            .or_errno()
+        })
+    }
+
+    pub(super) fn do_lseek(&self, fh: HandleId, offset: i64, whence: i32) -> Result<i64, Errno> {
+        self.with_file(fh, |h| {
+            let pos = match whence {
+                libc::SEEK_DATA => SeekFrom::Data(offset as u64),
+                libc::SEEK_HOLE => SeekFrom::Hole(offset as u64),
+                libc::SEEK_SET => SeekFrom::Start(offset as u64),
+                libc::SEEK_END => SeekFrom::End(offset),
+                _ => return Err(Errno::EINVAL),
+            };
+            rustix::fs::seek(&h.file, pos).map(|p| p as i64).or_errno()
+        })
+    }
+
+    pub(super) fn do_copy_file_range(
+        &self,
+        fh_in: HandleId,
+        offset_in: u64,
+        fh_out: HandleId,
+        offset_out: u64,
+        len: u64,
+    ) -> Result<u32, Errno> {
+        let hin = self.file_handle(fh_in)?;
+        let hout = self.file_handle(fh_out)?;
+        let (Handle::File(i), Handle::File(o)) = (&*hin, &*hout) else {
+            return Err(Errno::EBADF);
+        };
+        self.capture.before(&Mutation::Content { node: &o.node })?;
+        let mut off_in = offset_in;
+        let mut off_out = offset_out;
+        let len = len.min(u32::MAX as u64 & !0xfff) as usize;
+        rustix::fs::copy_file_range(&i.file, Some(&mut off_in), &o.file, Some(&mut off_out), len)
+            .map(|n| n as u32)
+            .or_errno()
+    }
+
+    pub(super) fn do_statfs(&self) -> Result<rustix::fs::StatVfs, Errno> {
+        rustix::fs::fstatvfs(&self.root().fd).or_errno()
+    }
+}

@@ -1,0 +1,83 @@
+//! Open file and directory handles given to the kernel.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use fuser::FileType;
+
+use crate::fs::inode::Node;
+use crate::ids::HandleId;
+
+pub struct FileHandle {
+    pub node: Arc<Node>,
+    /// The backing file opened with the caller's access mode (O_CREAT/O_EXCL/O_DIRECT
+    /// stripped). Serves reads and writes when passthrough is off, and fsync, fallocate,
+    /// ftruncate, lseek and copy_file_range always.
+    pub file: OwnedFd,
+    /// The kernel reads and writes the backing file directly; this handle holds one count
+    /// of the node's backing registration.
+    pub passthrough: bool,
+}
+
+pub struct DirEntry {
+    pub name: OsString,
+    pub ino: u64,
+    pub kind: FileType,
+}
+
+pub struct DirHandle {
+    pub node: Arc<Node>,
+    /// `None` for the virtual `.agx` directory.
+    pub file: Option<OwnedFd>,
+    /// Snapshot of the entries, taken when the kernel reads from offset 0 (so `rewinddir`
+    /// sees a fresh listing). Entry `i` has offset `i + 1`.
+    pub entries: Mutex<Vec<DirEntry>>,
+}
+
+pub enum Handle {
+    File(FileHandle),
+    Dir(DirHandle),
+}
+
+#[derive(Default)]
+pub struct HandleTable {
+    next: AtomicU64,
+    map: RwLock<HashMap<HandleId, Arc<Handle>>>,
+}
+
+impl HandleTable {
+    pub fn insert(&self, h: Handle) -> HandleId {
+        let id = HandleId(self.next.fetch_add(1, Ordering::Relaxed) + 1);
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, Arc::new(h));
+        id
+    }
+
+    pub fn get(&self, id: HandleId) -> Option<Arc<Handle>> {
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    pub fn remove(&self, id: HandleId) -> Option<Arc<Handle>> {
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

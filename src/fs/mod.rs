@@ -1,0 +1,235 @@
+//! The FUSE front: serves the project directory through a descriptor opened before the
+//! mount, so the daemon never goes through its own mount.
+//!
+//! Every request is answered from the backing directory with `*at()` calls relative to
+//! per-node `O_PATH` descriptors (or, where a call needs a real file, by reopening through
+//! `/proc/self/fd`). The physical `.agx/` at the top of the project is never reachable: the
+//! name resolves to a virtual read-only directory instead. Each mutation is announced to
+//! [`crate::capture::Capture`] before it is applied.
+
+pub mod attr;
+mod dir;
+mod entry;
+mod file;
+pub mod handle;
+pub mod inode;
+mod ops;
+mod virt;
+mod xattr;
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use fuser::{Errno, FileAttr, InitFlags, KernelConfig};
+use rustix::fs::{Mode, OFlags, Stat};
+
+use crate::capture::Capture;
+use crate::fs::handle::HandleTable;
+use crate::fs::inode::{InodeTable, Node};
+use crate::ids::{InodeKey, NodeId};
+
+/// The name of agx's state directory at the top of the project.
+pub const AGX_DIR_NAME: &str = ".agx";
+
+/// Settings of the FUSE front.
+#[derive(Clone, Debug)]
+pub struct FsConfig {
+    /// How long the kernel may cache entries, negative entries and attributes. Default
+    /// 1 hour. Safe because every change to the tree goes through the mount (agx is the only
+    /// writer and invalidates precisely when it changes files itself); lower it only if
+    /// something writes to the backing directory behind agx's back.
+    pub ttl: Duration,
+    /// Ask the kernel for FUSE passthrough of open regular files. Default: on when running
+    /// with CAP_SYS_ADMIN (root), which the kernel requires.
+    pub passthrough: bool,
+}
+
+impl Default for FsConfig {
+    fn default() -> Self {
+        FsConfig {
+            ttl: Duration::from_secs(3600),
+            passthrough: rustix::process::geteuid().is_root(),
+        }
+    }
+}
+
+/// What the kernel agreed to at INIT.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct InitReport {
+    pub passthrough: bool,
+    pub granted: Vec<&'static str>,
+    pub refused: Vec<&'static str>,
+}
+
+pub struct AgxFs {
+    inodes: InodeTable,
+    handles: HandleTable,
+    /// `/proc/self/fd`, to reopen `O_PATH` descriptors as real files.
+    proc_fd: OwnedFd,
+    cfg: FsConfig,
+    passthrough: AtomicBool,
+    /// Set once a passthrough registration failed, so the fallback is logged once.
+    passthrough_warned: AtomicBool,
+    capture: Arc<dyn Capture>,
+    mounted_at: SystemTime,
+    report: Arc<Mutex<Option<InitReport>>>,
+}
+
+/// Errno from a raw OS error.
+pub(crate) fn errno(e: rustix::io::Errno) -> Errno {
+    Errno::from_i32(e.raw_os_error())
+}
+
+pub(crate) trait OrErrno<T> {
+    fn or_errno(self) -> Result<T, Errno>;
+}
+
+impl<T> OrErrno<T> for Result<T, rustix::io::Errno> {
+    fn or_errno(self) -> Result<T, Errno> {
+        self.map_err(errno)
+    }
+}
+
+impl<T> OrErrno<T> for std::io::Result<T> {
+    fn or_errno(self) -> Result<T, Errno> {
+        self.map_err(Errno::from)
+    }
+}
+
+pub(crate) fn key_of(st: &Stat) -> InodeKey {
+    InodeKey {
+        dev: st.st_dev,
+        ino: st.st_ino,
+    }
+}
+
+impl AgxFs {
+    /// A front over the directory `root` (an `O_PATH` or real directory descriptor taken
+    /// before the mount).
+    pub fn new(
+        root: OwnedFd,
+        cfg: FsConfig,
+        capture: Arc<dyn Capture>,
+        report: Arc<Mutex<Option<InitReport>>>,
+    ) -> std::io::Result<AgxFs> {
+        let st = rustix::fs::fstat(&root)?;
+        if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir() {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        let proc_fd = rustix::fs::open(
+            "/proc/self/fd",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(AgxFs {
+            inodes: InodeTable::new(root, key_of(&st)),
+            handles: HandleTable::default(),
+            proc_fd,
+            passthrough: AtomicBool::new(false),
+            passthrough_warned: AtomicBool::new(false),
+            cfg,
+            capture,
+            mounted_at: SystemTime::now(),
+            report,
+        })
+    }
+
+    fn node(&self, id: NodeId) -> Result<Arc<Node>, Errno> {
+        self.inodes.get(id).ok_or(Errno::ESTALE)
+    }
+
+    fn root(&self) -> Arc<Node> {
+        self.inodes
+            .get(NodeId::ROOT)
+            .expect("the root node is never forgotten")
+    }
+
+    /// Reopens a node's `O_PATH` descriptor as a real file with `flags`.
+    fn reopen(&self, fd: BorrowedFd<'_>, flags: OFlags) -> Result<OwnedFd, Errno> {
+        rustix::fs::openat(
+            &self.proc_fd,
+            fd_name(fd),
+            flags | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .or_errno()
+    }
+
+    /// Whether `name` under `parent` is agx's own state directory.
+    fn is_agx(parent: NodeId, name: &OsStr) -> bool {
+        parent == NodeId::ROOT && name == AGX_DIR_NAME
+    }
+
+    /// Resolves `name` in `parent` to a node with one more kernel lookup.
+    fn lookup_node(&self, parent: &Node, name: &OsStr) -> Result<(Arc<Node>, Stat), Errno> {
+        let fd = rustix::fs::openat(
+            &parent.fd,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .or_errno()?;
+        let st = rustix::fs::fstat(&fd).or_errno()?;
+        let kind = attr::file_type(st.st_mode);
+        let node = self.inodes.insert(key_of(&st), kind, fd, parent.id, name);
+        Ok((node, st))
+    }
+
+    fn entry_attr(&self, node: &Node, st: &Stat) -> FileAttr {
+        attr::from_stat(node.id, st)
+    }
+
+    fn negotiate(&self, config: &mut KernelConfig) -> InitReport {
+        let mut report = InitReport::default();
+        let mut wanted: Vec<(InitFlags, &'static str)> = vec![
+            (InitFlags::FUSE_DO_READDIRPLUS, "readdirplus"),
+            (InitFlags::FUSE_READDIRPLUS_AUTO, "readdirplus_auto"),
+            (InitFlags::FUSE_PARALLEL_DIROPS, "parallel_dirops"),
+            (InitFlags::FUSE_CACHE_SYMLINKS, "cache_symlinks"),
+            (InitFlags::FUSE_ATOMIC_O_TRUNC, "atomic_o_trunc"),
+            (InitFlags::FUSE_ASYNC_DIO, "async_dio"),
+            (InitFlags::FUSE_MAX_PAGES, "max_pages"),
+        ];
+        if self.cfg.passthrough {
+            wanted.insert(0, (InitFlags::FUSE_PASSTHROUGH, "passthrough"));
+        } else {
+            log::info!("passthrough not requested (needs CAP_SYS_ADMIN): reads and writes go through the daemon");
+        }
+        // One capability per call: a refusal must not take the others with it.
+        for (flag, name) in wanted {
+            match config.add_capabilities(flag) {
+                Ok(()) => report.granted.push(name),
+                Err(_) => {
+                    log::info!("kernel refused capability {name}");
+                    report.refused.push(name);
+                }
+            }
+        }
+        if report.granted.contains(&"passthrough") {
+            if config.set_max_stack_depth(1).is_ok() {
+                report.passthrough = true;
+            } else {
+                log::warn!("kernel refused stacking depth 1: passthrough off");
+            }
+        }
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        if let Err(n) = config.set_max_write(1 << 20) {
+            let _ = config.set_max_write(n);
+        }
+        report
+    }
+}
+
+/// The name of a descriptor's entry in `/proc/self/fd`.
+fn fd_name(fd: BorrowedFd<'_>) -> String {
+    fd.as_raw_fd().to_string()
+}
+
+/// A path through `/proc/self/fd` that resolves to the object behind `fd`.
+fn proc_path(fd: impl AsFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())
+}

@@ -1,0 +1,495 @@
+//! The protocol edge: fuser's `Filesystem` trait, translated to the typed operations of
+//! this module. Every request gets a reply; failures are errnos, never panics.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+use fuser::{
+    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use super::entry::Caller;
+use super::file::SetAttr;
+use super::xattr::XattrReply;
+use super::AgxFs;
+use crate::ids::{HandleId, NodeId};
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
+fn id(ino: INodeNo) -> NodeId {
+    NodeId(ino.0)
+}
+
+fn hid(fh: FileHandle) -> HandleId {
+    HandleId(fh.0)
+}
+
+impl AgxFs {
+    fn reply_entry(&self, reply: ReplyEntry, r: Result<FileAttr, Errno>) {
+        match r {
+            Ok(attr) => reply.entry(&self.cfg.ttl, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, r: Result<(), Errno>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn reply_xattr(reply: ReplyXattr, r: Result<XattrReply, Errno>) {
+    match r {
+        Ok(XattrReply::Size(n)) => reply.size(n),
+        Ok(XattrReply::Data(d)) => reply.data(&d),
+        Err(e) => reply.error(e),
+    }
+}
+
+impl Filesystem for AgxFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let report = self.negotiate(config);
+        self.passthrough
+            .store(report.passthrough, Ordering::Relaxed);
+        log::info!(
+            "kernel FUSE ABI {:?}; granted: {}; passthrough: {}",
+            config.kernel_abi(),
+            report.granted.join(" "),
+            if report.passthrough { "on" } else { "off" }
+        );
+        *self.report.lock().unwrap_or_else(|e| e.into_inner()) = Some(report);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        log::info!(
+            "unmounted; {} nodes and {} handles were live",
+            self.inodes.len(),
+            self.handles.len()
+        );
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.do_lookup(id(parent), name) {
+            Ok(attr) => reply.entry(&self.cfg.ttl, &attr, Generation(0)),
+            // A negative entry the kernel may cache: every creation goes through the mount.
+            Err(e) if e == Errno::ENOENT => {
+                let mut attr = self.agx_dir_attr();
+                attr.ino = INodeNo(0);
+                reply.entry(&self.cfg.ttl, &attr, Generation(0))
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inodes.forget(id(ino), nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.do_getattr(id(ino), fh.map(hid)) {
+            Ok(attr) => reply.attr(&self.cfg.ttl, &attr),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+        };
+        match self.do_setattr(id(ino), fh.map(hid), set) {
+            Ok(attr) => reply.attr(&self.cfg.ttl, &attr),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.do_readlink(id(ino)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.do_mknod(id(parent), name, mode, rdev, caller(req));
+        self.reply_entry(reply, r);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.do_mkdir(id(parent), name, mode, caller(req));
+        self.reply_entry(reply, r);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.do_remove(id(parent), name, false));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.do_remove(id(parent), name, true));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let r = self.do_symlink(id(parent), link_name, target, caller(req));
+        self.reply_entry(reply, r);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(
+            reply,
+            self.do_rename(id(parent), name, id(newparent), newname, flags.bits()),
+        );
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = self.do_link(id(ino), id(newparent), newname);
+        self.reply_entry(reply, r);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let r = self.do_open(id(ino), flags.0, |fd| reply.open_backing(fd));
+        match r {
+            Ok(o) => {
+                let fh = FileHandle(o.fh.0);
+                if o.passthrough {
+                    let slot = o.node.backing.lock().unwrap_or_else(|e| e.into_inner());
+                    match &slot.id {
+                        Some(b) => reply.opened_passthrough(fh, o.flags, b),
+                        None => reply.opened(fh, o.flags),
+                    }
+                } else {
+                    reply.opened(fh, o.flags)
+                }
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.do_read(hid(fh), offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.do_write(hid(fh), offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Nothing to flush: writes reach the backing file before they are acknowledged, and
+        // locks are the kernel's. ENOSYS tells the kernel to stop sending FLUSH on close.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.do_release(hid(fh));
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.do_fsync(hid(fh), datasync));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.do_opendir(id(ino)) {
+            Ok((fh, flags)) => reply.opened(FileHandle(fh.0), flags),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        if let Err((e, reply)) = self.do_readdir(hid(fh), offset, reply) {
+            reply.error(e);
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        if let Err((e, reply)) = self.do_readdirplus(hid(fh), offset, reply) {
+            reply.error(e);
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.do_releasedir(hid(fh));
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.do_fsync(hid(fh), datasync));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.do_statfs() {
+            Ok(s) => reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                s.f_namemax as u32,
+                s.f_frsize as u32,
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.do_setxattr(id(ino), name, value, flags));
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        reply_xattr(reply, self.do_getxattr(id(ino), name, size));
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        reply_xattr(reply, self.do_listxattr(id(ino), size));
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.do_removexattr(id(ino), name));
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // The mount uses default_permissions: the kernel checks access itself.
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = self.do_create(id(parent), name, mode, flags, caller(req), |fd| {
+            reply.open_backing(fd)
+        });
+        match r {
+            Ok((o, attr)) => {
+                let fh = FileHandle(o.fh.0);
+                let ttl = self.cfg.ttl;
+                if o.passthrough {
+                    let slot = o.node.backing.lock().unwrap_or_else(|e| e.into_inner());
+                    match &slot.id {
+                        Some(b) => {
+                            reply.created_passthrough(&ttl, &attr, Generation(0), fh, o.flags, b)
+                        }
+                        None => reply.created(&ttl, &attr, Generation(0), fh, o.flags),
+                    }
+                } else {
+                    reply.created(&ttl, &attr, Generation(0), fh, o.flags)
+                }
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.do_fallocate(hid(fh), offset, length, mode));
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        match self.do_lseek(hid(fh), offset, whence) {
+            Ok(o) => reply.offset(o),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        match self.do_copy_file_range(hid(fh_in), offset_in, hid(fh_out), offset_out, len) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Extended attributes, through `/proc/self/fd` paths (an `O_PATH` descriptor cannot carry
+//! xattr calls). Symlinks are reached as `parent/name` without following.
+
+use std::ffi::OsStr;
+
+use fuser::Errno;
+use rustix::fs::XattrFlags;
+
+use super::{proc_path, AgxFs, OrErrno};
+use crate::capture::Mutation;
+use crate::fs::inode::Node;
+use crate::ids::NodeId;
+
+/// Where xattr calls for a node go, and whether they must not follow a final symlink.
+struct Target {
+    path: std::ffi::OsString,
+    nofollow: bool,
+}
+
+/// Outcome of a size-probing xattr read.
+pub enum XattrReply {
+    Size(u32),
+    Data(Vec<u8>),
+}
+
+impl AgxFs {
+    fn xattr_target(&self, node: &Node) -> Result<Target, Errno> {
+        if node.kind == fuser::FileType::Symlink {
+            let (parent, name) = node.place();
+            let p = self.node(parent)?;
+            let mut path = proc_path(&p.fd);
+            path.push('/');
+            let mut path = std::ffi::OsString::from(path);
+            path.push(&name);
+            Ok(Target {
+                path,
+                nofollow: true,
+            })
+        } else {
+            Ok(Target {
+                path: proc_path(&node.fd).into(),
+                nofollow: false,
+            })
+        }
+    }
+
+    fn xattr_node(&self, ino: NodeId) -> Result<std::sync::Arc<Node>, Errno> {
+        if ino == NodeId::AGX_DIR {
+            return Err(Errno::ENODATA);
+        }
+        self.node(ino)
+    }
+
+    pub(super) fn do_getxattr(
+        &self,
+        ino: NodeId,
+        name: &OsStr,
+        size: u32,
+    ) -> Result<XattrReply, Errno> {
+        let node = self.xattr_node(ino)?;
+        let t = self.xattr_target(&node)?;
+        let mut buf = vec![0u8; size as usize];
+        let n = if t.nofollow {
+            rustix::fs::lgetxattr(&t.path, name, &mut buf)
+        } else {
+            rustix::fs::getxattr(&t.path, name, &mut buf)
+        }
+        .or_errno()?;
+        if size == 0 {
+            return Ok(XattrReply::Size(n as u32));
+        }
+        buf.truncate(n);
+        Ok(XattrReply::Data(buf))
+    }
+
+    pub(super) fn do_listxattr(&self, ino: NodeId, size: u32) -> Result<XattrReply, Errno> {
+        if ino == NodeId::AGX_DIR {
+            return Ok(if size == 0 {
+                XattrReply::Size(0)
+            } else {
+                XattrReply::Data(Vec::new())
+            });
+        }
+        let node = self.node(ino)?;
+        let t = self.xattr_target(&node)?;
+        let mut buf = vec![0u8; size as usize];
+        let n = if t.nofollow {
+            rustix::fs::llistxattr(&t.path, &mut buf)
+        } else {
+            rustix::fs::listxattr(&t.path, &mut buf)
+        }
+        .or_errno()?;
+        if size == 0 {
+            return Ok(XattrReply::Size(n as u32));
+        }
+        buf.truncate(n);
+        Ok(XattrReply::Data(buf))
+    }
+
+    pub(super) fn do_setxattr(
+        &self,
+        ino: NodeId,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+    ) -> Result<(), Errno> {
+        if ino == NodeId::AGX_DIR {
+            return Err(Errno::EROFS);
+        }
+        let node = self.node(ino)?;
+        self.capture
+            .before(&Mutation::Xattr { node: &node, name })?;
+        let t = self.xattr_target(&node)?;
+        let flags = XattrFlags::from_bits_retain(flags as u32);
+        if t.nofollow {
+            rustix::fs::lsetxattr(&t.path, name, value, flags)
+        } else {
+            rustix::fs::setxattr(&t.path, name, value, flags)
+        }
+        .or_errno()
+    }
+
+    pub(super) fn do_removexattr(&self, ino: NodeId, name: &OsStr) -> Result<(), Errno> {
+        if ino == NodeId::AGX_DIR {
+            return Err(Errno::EROFS);
+        }
+        let node = self.node(ino)?;
+        self.capture
+            .before(&Mutation::Xattr { node: &node, name })?;
+        let t = self.xattr_target(&node)?;
+        if t.nofollow {
+            rustix::fs::lremovexattr(&t.path, name)
+        } else {
+            rustix::fs::removexattr(&t.path, name)
+        }
+        .or_errno()
+    }
+}

@@ -1,0 +1,11 @@
+//! agx: a FUSE copy-on-write layer that makes what an AI coding agent does to a project
+//! undoable, attributable and branchable. See ARCHITECTURE.md for the map.
+#![deny(unsafe_code)]
+
+pub mod capture;
+pub mod cli;
+pub mod control;
+pub mod fs;
+pub mod ids;
+pub mod logging;
+pub mod mount;
