@@ -97,26 +97,48 @@ fn fusermount(mp: &Path, lazy: bool) -> Result<(), MountError> {
     })
 }
 
+/// Whether an agx mount at `mp` has lost its daemon. The kernel may answer `stat` of the
+/// root from its attribute cache, so this opens the directory, which always asks the daemon.
+fn is_dead_mount(mp: &Path) -> bool {
+    let dead = |e: &std::io::Error| e.raw_os_error() == Some(libc::ENOTCONN);
+    match std::fs::metadata(mp) {
+        Err(e) => dead(&e),
+        Ok(_) => {
+            mountinfo::agx_mount_at(mp).is_some()
+                && std::fs::read_dir(mp).err().is_some_and(|e| dead(&e))
+        }
+    }
+}
+
+/// Removes a dead agx mount at `p`, if there is one. Returns whether it did.
+pub fn recover(p: &Path) -> Result<bool, MountError> {
+    if is_dead_mount(p) {
+        clear_stale(p)?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
 /// The canonical form of a directory given on the command line. A dead agx mount found
 /// there is removed first, so a killed daemon never blocks the next command.
 pub fn resolve_dir(p: &Path) -> Result<PathBuf, MountError> {
     let abs = std::path::absolute(p).map_err(|e| MountError::io(p.display().to_string(), e))?;
+    recover(&abs)?;
     match std::fs::metadata(&abs) {
         Ok(md) if md.is_dir() => {}
         Ok(_) => return Err(MountError::NotADirectory(abs)),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            clear_stale(&abs)?;
-            if !abs.is_dir() {
-                return Err(MountError::NotADirectory(abs));
-            }
-        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(MountError::NotFound(abs))
         }
         Err(e) => return Err(MountError::io(abs.display().to_string(), e)),
     }
-    abs.canonicalize()
-        .map_err(|e| MountError::io(abs.display().to_string(), e))
+    let canon = abs
+        .canonicalize()
+        .map_err(|e| MountError::io(abs.display().to_string(), e))?;
+    if canon != abs {
+        recover(&canon)?;
+    }
+    Ok(canon)
 }
 
 /// The live daemon serving `project`, if any (state file plus a running pid).
@@ -466,15 +488,12 @@ pub fn status(project: &Path) -> Result<Status, MountError> {
 /// to finish. Returns a line describing what happened.
 pub fn unmount(dir: &Path, lazy: bool) -> Result<String, MountError> {
     let abs = std::path::absolute(dir).map_err(|e| MountError::io(dir.display().to_string(), e))?;
-    if let Err(e) = std::fs::metadata(&abs) {
-        if e.raw_os_error() == Some(libc::ENOTCONN) {
-            clear_stale(&abs)?;
-            forget_states(|s| s.mountpoint == abs || s.project == abs);
-            return Ok(format!(
-                "removed a dead mount at {} (its daemon had died)",
-                abs.display()
-            ));
-        }
+    if recover(&abs)? {
+        forget_states(|s| s.mountpoint == abs || s.project == abs);
+        return Ok(format!(
+            "removed a dead mount at {} (its daemon had died)",
+            abs.display()
+        ));
     }
     let canon = resolve_dir(&abs)?;
     let state = control::all_states()
