@@ -40,10 +40,13 @@ fn writes(flags: OFlags) -> bool {
     flags.intersects(OFlags::WRONLY | OFlags::RDWR) || flags.contains(OFlags::TRUNC)
 }
 
-/// Flags for the daemon's own descriptor of an open file.
+/// Flags for the daemon's own descriptor of an open file. O_NOFOLLOW goes: the kernel has
+/// already resolved the name, and the descriptor is reopened through a `/proc/self/fd`
+/// magic link, which O_NOFOLLOW would refuse with ELOOP.
 fn handle_flags(flags: i32) -> OFlags {
     let f = OFlags::from_bits_retain(flags as u32);
-    (f & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::DIRECT)) | OFlags::CLOEXEC
+    (f & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::DIRECT | OFlags::NOFOLLOW))
+        | OFlags::CLOEXEC
 }
 
 fn timespec(t: TimeOrNow) -> Timespec {

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# agx's main job on the bundled sample project (sample/): copy it to a scratch directory,
+# make it a git repository, mount agx over it in place, let a scripted "agent" work in it
+# with real tools (python, sed, mv, rm, git), show agx's view, unmount, and check that
+# every change reached the disk and that agx's own state stayed out of the project's view
+# and out of git. Exits non-zero if any check fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+scripts/setup.sh
+echo "== building agx"
+cargo build --release --locked --quiet
+agx="$repo/target/release/agx"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/agx-demo.XXXXXX")
+proj="$work/calc"
+cleanup() {
+    cd /
+    if grep -q " $proj fuse.agx " /proc/self/mountinfo 2>/dev/null; then
+        "$agx" unmount "$proj" >/dev/null 2>&1 || umount -l "$proj" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+step() { printf '\n== %s\n' "$*"; }
+check() { if eval "$1"; then echo "   ok: $2"; else echo "   FAILED: $2" >&2; exit 1; fi; }
+
+step "copying the sample project to $proj and committing it"
+cp -a sample "$proj"
+git -C "$proj" init -q
+git -C "$proj" -c user.name=demo -c user.email=demo@example.com add -A
+git -C "$proj" -c user.name=demo -c user.email=demo@example.com commit -qm "initial sample"
+
+step "agx mount $proj"
+"$agx" mount "$proj"
+"$agx" -C "$proj" status
+
+step "the agent works inside the mount"
+cd "$proj"
+# An edit in place with sed, and a new module written by a shell redirect.
+sed -i 's/return a \* b/return a * b  # checked/' calc/ops.py
+cat > calc/power.py <<'PY'
+def power(a, b):
+    return a ** b
+PY
+# An edit the way agents make them: write a temporary file, then rename it over.
+python3 - <<'PY'
+import os
+src = open("calc/__init__.py").read().replace(
+    'from .ops import add, sub, mul, div',
+    'from .ops import add, sub, mul, div\nfrom .power import power')
+src = src.replace('"div"]', '"div", "power"]')
+with open("calc/__init__.py.tmp", "w") as f:
+    f.write(src)
+os.rename("calc/__init__.py.tmp", "calc/__init__.py")
+PY
+# A rename and a delete.
+mv NOTES.md DESIGN-NOTES.md
+rm tests/test_ops.py
+mkdir -p tests && cat > tests/test_power.py <<'PY'
+import os, sys, unittest
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from calc import power
+class PowerTest(unittest.TestCase):
+    def test_power(self):
+        self.assertEqual(power(2, 10), 1024)
+PY
+python3 -m unittest discover -q -s tests 2>&1 | tail -1
+git status --short
+git -c user.name=agent -c user.email=agent@example.com add -A
+git -c user.name=agent -c user.email=agent@example.com commit -qm "agent: add power()"
+git log --oneline | head -3
+
+step "agx's view inside the mount"
+ls -la "$proj" | sed 's/^/   /'
+check '[ -d "$proj/.agx" ] && [ -z "$(ls -A "$proj/.agx")" ]' ".agx/ in the mount is agx's virtual (empty, read-only) directory"
+check '! touch "$proj/.agx/x" 2>/dev/null' "writes into .agx/ are refused"
+check '[ -z "$(git status --porcelain 2>&1)" ]' "git status is clean and quiet: .agx/ is excluded"
+
+step "agx unmount $proj"
+cd /
+"$agx" unmount "$proj"
+check '! grep -q " $proj fuse.agx " /proc/self/mountinfo' "the mount is gone"
+check 'grep -q "^/.agx/$" "$proj/.git/info/exclude"' ".git/info/exclude lists /.agx/"
+check '[ -f "$proj/calc/power.py" ] && grep -q "checked" "$proj/calc/ops.py"' "the agent's edits are on disk"
+check '[ -f "$proj/DESIGN-NOTES.md" ] && [ ! -e "$proj/NOTES.md" ] && [ ! -e "$proj/tests/test_ops.py" ]' "the rename and the delete are on disk"
+check '[ "$(git -C "$proj" log --oneline | wc -l)" -eq 2 ]' "the agent's commit is in git"
+check '[ -d "$proj/.agx" ]' "agx's state directory exists in the bare project"
+printf '\ndemo OK\n'
