@@ -31,6 +31,13 @@ if [ ! -e /dev/fuse ]; then
     exit 1
 fi
 
+# Debian's udev rule makes /dev/fuse world-usable (0666): fusermount3 opens it as the
+# calling user. Some containers create it 0600; restore the usual mode when we can.
+if [ "$(id -u)" -eq 0 ] && [ "$(stat -c %a /dev/fuse)" != 666 ]; then
+    echo "setup: making /dev/fuse usable by non-root users (mode 0666, as udev does)"
+    chmod 0666 /dev/fuse
+fi
+
 if ! command -v cargo >/dev/null 2>&1; then
     echo "setup: cargo not found: install a Rust toolchain (1.85 or newer), e.g. with rustup" >&2
     exit 1

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{agx, Mounted};
+use common::{agx, sh, Mounted};
 use std::process::Command;
 
 fn stderr(o: &std::process::Output) -> String {
@@ -174,4 +174,68 @@ fn sigterm_unmounts_cleanly() {
     // Clean unmount: the project is the bare directory again, no ENOTCONN.
     std::fs::metadata(&m.project).unwrap();
     m.forget_mounted();
+}
+
+/// A user without root mounts through fuse3's fusermount3 (no passthrough: mode "fuse"),
+/// gets their files, and unmounts.
+#[test]
+fn non_root_user_mounts_through_fusermount3() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to switch to uid 65534");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let proj = tmp.path().join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    std::fs::write(proj.join("mine"), "nobody's\n").unwrap();
+    sh(tmp.path(), "chown -R 65534:65534 proj");
+    let as_nobody = |args: &[&std::ffi::OsStr]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(common::agx_bin())
+            .args(args)
+            .env_remove("XDG_RUNTIME_DIR")
+            .current_dir("/")
+            .output()
+            .unwrap()
+    };
+    let o = as_nobody(&["mount".as_ref(), proj.as_os_str()]);
+    struct Guard(std::path::PathBuf);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).output();
+        }
+    }
+    let _g = Guard(proj.clone());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = as_nobody(&[
+        "-C".as_ref(),
+        proj.as_os_str(),
+        "status".as_ref(),
+        "--json".as_ref(),
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["mounted"], true, "{v}");
+    assert_eq!(v["mode"], "fuse");
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+        ])
+        .arg(format!(
+            "cd '{}' && cat mine && echo new > made && stat -c %u made",
+            proj.display()
+        ))
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "nobody's\n65534\n");
+    let o = as_nobody(&["unmount".as_ref(), proj.as_os_str()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(proj.join("made")).unwrap(), "new\n");
 }

@@ -32,6 +32,9 @@ pub enum MountError {
     Busy { dir: PathBuf, procs: String },
     #[error("mounting {dir} failed: {reason}")]
     MountFailed { dir: PathBuf, reason: String },
+    /// The detached daemon's own one-line error, passed on verbatim.
+    #[error("{0}")]
+    Daemon(String),
     #[error("the daemon exited before the mount was ready (see {log})")]
     DaemonDied { log: PathBuf },
     #[error("unmounting {dir} failed: {reason}")]

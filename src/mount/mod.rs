@@ -2,6 +2,7 @@
 //! (foreground or detached), and `status`.
 
 pub mod error;
+mod fusermount;
 pub mod gitexclude;
 pub mod mountinfo;
 pub mod procs;
@@ -185,11 +186,18 @@ pub fn prepare(req: &MountRequest) -> Result<Prepared, MountError> {
             ),
         });
     }
-    if let Err(e) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
+    // As root agx opens /dev/fuse itself; other users go through the set-uid fusermount3,
+    // which opens it for them (the device is often mode 0600).
+    let dev = if is_root() {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+            .map(drop)
+    } else {
+        std::fs::metadata("/dev/fuse").map(drop)
+    };
+    if let Err(e) = dev {
         return Err(MountError::FuseUnavailable(e.to_string()));
     }
     let allow_other = req.allow_other.unwrap_or_else(is_root);
@@ -304,19 +312,35 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
     config.n_threads = Some(threads());
     config.clone_fd = true;
 
-    let mut session = fuser::Session::new(fs, &p.mountpoint, &config).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::PermissionDenied {
-            MountError::Permission {
-                dir: p.mountpoint.clone(),
-                reason: e.to_string(),
+    let session = if is_root() {
+        fuser::Session::new(fs, &p.mountpoint, &config).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                MountError::Permission {
+                    dir: p.mountpoint.clone(),
+                    reason: e.to_string(),
+                }
+            } else {
+                MountError::MountFailed {
+                    dir: p.mountpoint.clone(),
+                    reason: e.to_string(),
+                }
             }
-        } else {
+        })?
+    } else {
+        let mut opts = String::from("fsname=agx,subtype=agx,default_permissions");
+        if p.allow_other {
+            opts.push_str(",allow_other");
+        }
+        let dev = fusermount::mount(&p.mountpoint, &opts)?;
+        fuser::Session::from_fd(fs, dev, config.acl, config.clone()).map_err(|e| {
+            let _ = fusermount(&p.mountpoint, true);
             MountError::MountFailed {
                 dir: p.mountpoint.clone(),
                 reason: e.to_string(),
             }
-        }
-    })?;
+        })?
+    };
+    let mut session = session;
     let mode = match report.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
         Some(r) if r.passthrough => "passthrough",
         _ => "fuse",
@@ -347,7 +371,13 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
                 log::info!("signal {sig}: unmounting {}", sig_mp.display());
-                if let Err(e) = unmounter.unmount() {
+                if !is_root() {
+                    // Mounted through fusermount3, which must unmount it too.
+                    if let Err(e) = fusermount(&sig_mp, false) {
+                        log::warn!("unmount on signal failed ({e}); detaching");
+                        let _ = fusermount(&sig_mp, true);
+                    }
+                } else if let Err(e) = unmounter.unmount() {
                     log::warn!("unmount on signal failed ({e}); detaching");
                     let _ = rustix::mount::unmount(&sig_mp, rustix::mount::UnmountFlags::DETACH);
                 }
@@ -421,10 +451,7 @@ pub fn spawn(p: &Prepared) -> Result<MountState, MountError> {
     }
     let _ = child.wait();
     match line.strip_prefix("error: ") {
-        Some(msg) => Err(MountError::MountFailed {
-            dir: p.mountpoint.clone(),
-            reason: msg.to_string(),
-        }),
+        Some(msg) => Err(MountError::Daemon(msg.to_string())),
         None => Err(MountError::DaemonDied {
             log: p.log_path.clone(),
         }),
