@@ -33,7 +33,11 @@ struct Cleanup(PathBuf);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let _ = Command::new(agx_bin()).arg("unmount").arg(&self.0).current_dir("/").output();
+        let _ = Command::new(agx_bin())
+            .arg("unmount")
+            .arg(&self.0)
+            .current_dir("/")
+            .output();
         if is_agx_mount(&self.0) {
             let _ = Command::new("umount").arg("-l").arg(&self.0).output();
         }
@@ -58,10 +62,19 @@ fn mount_helper_mounts_in_place_and_at_a_mountpoint() {
         .env("AGX_BIN", agx_bin())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(is_agx_mount(&proj));
     assert_eq!(std::fs::read_to_string(proj.join("f")).unwrap(), "data");
-    assert!(Command::new(agx_bin()).arg("unmount").arg(&proj).status().unwrap().success());
+    assert!(Command::new(agx_bin())
+        .arg("unmount")
+        .arg(&proj)
+        .status()
+        .unwrap()
+        .success());
 
     let _c2 = Cleanup(mnt.clone());
     let out = Command::new(&helper)
@@ -71,10 +84,19 @@ fn mount_helper_mounts_in_place_and_at_a_mountpoint() {
         .env("AGX_BIN", agx_bin())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(is_agx_mount(&mnt));
     assert_eq!(std::fs::read_to_string(mnt.join("f")).unwrap(), "data");
-    assert!(Command::new(agx_bin()).arg("unmount").arg(&mnt).status().unwrap().success());
+    assert!(Command::new(agx_bin())
+        .arg("unmount")
+        .arg(&mnt)
+        .status()
+        .unwrap()
+        .success());
 }
 
 #[test]
@@ -117,11 +139,19 @@ fn mount_t_fuse_agx_uses_the_helper() {
         .env("AGX_BIN", agx_bin())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(is_agx_mount(&proj));
     assert!(proj.join(".agx").is_dir());
     let out = Command::new("umount").arg(&proj).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!is_agx_mount(&proj));
 }
 
@@ -141,19 +171,34 @@ fn systemd_unit_template_starts_and_stops_a_mount() {
     let _c = Cleanup(proj.clone());
     // agx must be found on PATH as /usr/bin/env agx would find it.
     let bin_dir = agx_bin().parent().unwrap().to_path_buf();
-    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let expand = |cmd: &str| -> Vec<String> {
         cmd.split_whitespace()
             .map(|w| w.replace("%f", proj.to_str().unwrap()))
             .collect()
     };
     let start = expand(&line("ExecStart="));
-    assert!(start.contains(&"--foreground".to_string()), "the unit runs the daemon in the foreground");
-    let mut daemon = Command::new(&start[0]).args(&start[1..]).env("PATH", &path).spawn().unwrap();
+    assert!(
+        start.contains(&"--foreground".to_string()),
+        "the unit runs the daemon in the foreground"
+    );
+    let mut daemon = Command::new(&start[0])
+        .args(&start[1..])
+        .env("PATH", &path)
+        .spawn()
+        .unwrap();
     wait_for(|| is_agx_mount(&proj), "the unit's mount");
     std::fs::write(proj.join("through-unit"), "ok").unwrap();
     let stop = expand(&line("ExecStop="));
-    let st = Command::new(&stop[0]).args(&stop[1..]).env("PATH", &path).status().unwrap();
+    let st = Command::new(&stop[0])
+        .args(&stop[1..])
+        .env("PATH", &path)
+        .status()
+        .unwrap();
     assert!(st.success());
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -161,11 +206,17 @@ fn systemd_unit_template_starts_and_stops_a_mount() {
             assert!(status.success(), "daemon exit status {status}");
             break;
         }
-        assert!(Instant::now() < deadline, "daemon did not exit after ExecStop");
+        assert!(
+            Instant::now() < deadline,
+            "daemon did not exit after ExecStop"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(!is_agx_mount(&proj));
-    assert_eq!(std::fs::read_to_string(proj.join("through-unit")).unwrap(), "ok");
+    assert_eq!(
+        std::fs::read_to_string(proj.join("through-unit")).unwrap(),
+        "ok"
+    );
 }
 
 #[test]
@@ -173,12 +224,24 @@ fn mount_warns_about_processes_whose_cwd_is_inside() {
     let tmp = tempfile::tempdir().unwrap();
     let proj = tmp.path().join("proj");
     std::fs::create_dir_all(proj.join("sub")).unwrap();
-    let mut sleeper = Command::new("sleep").arg("30").current_dir(proj.join("sub")).spawn().unwrap();
+    let mut sleeper = Command::new("sleep")
+        .arg("30")
+        .current_dir(proj.join("sub"))
+        .spawn()
+        .unwrap();
     let _c = Cleanup(proj.clone());
-    let out = Command::new(agx_bin()).arg("mount").arg(&proj).output().unwrap();
+    let out = Command::new(agx_bin())
+        .arg("mount")
+        .arg(&proj)
+        .output()
+        .unwrap();
     let _ = sleeper.kill();
     let _ = sleeper.wait();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("warning"), "{err}");
     assert!(err.contains(&format!("{} (sleep)", sleeper.id())), "{err}");
