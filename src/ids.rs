@@ -34,3 +34,46 @@ pub struct InodeKey {
     pub dev: u64,
     pub ino: u64,
 }
+
+/// BLAKE3 hash of a version of a file's raw content: the key of the content store.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContentHash(pub [u8; 32]);
+
+impl ContentHash {
+    pub fn of(data: &[u8]) -> ContentHash {
+        ContentHash(*blake3::hash(data).as_bytes())
+    }
+
+    pub fn to_hex(&self) -> String {
+        blake3::Hash::from_bytes(self.0).to_hex().to_string()
+    }
+
+    /// Parses 64 lowercase or uppercase hex digits.
+    pub fn from_hex(s: &str) -> Option<ContentHash> {
+        blake3::Hash::from_hex(s)
+            .ok()
+            .map(|h| ContentHash(*h.as_bytes()))
+    }
+}
+
+impl fmt::Display for ContentHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for ContentHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ContentHash({})", &self.to_hex()[..12])
+    }
+}
+
+/// A position in the event sequence. Event N is the N-th recorded change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct Seq(pub i64);
+
+impl fmt::Display for Seq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}

@@ -9,3 +9,4 @@ pub mod fs;
 pub mod ids;
 pub mod logging;
 pub mod mount;
+pub mod store;
