@@ -10,3 +10,4 @@ pub mod ids;
 pub mod logging;
 pub mod mount;
 pub mod store;
+pub mod timeline;

@@ -1,0 +1,267 @@
+//! Events: one logical change to one path (or two, for a rename), with the state of what it
+//! changed before and after.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{ContentHash, Seq};
+
+/// What a path held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Absent,
+    File,
+    Dir,
+    Symlink,
+    /// Fifos, sockets, devices: restored by metadata only.
+    Other,
+}
+
+/// Metadata of an object (files, directories, symlinks alike).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub mtime: i64,
+    pub mtime_nsec: u32,
+    pub atime: i64,
+    pub atime_nsec: u32,
+    /// Symlink target bytes (hex).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "hex_opt")]
+    pub target: Option<Vec<u8>>,
+    /// Extended attributes, name and value bytes (hex).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "hex_pairs")]
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Device number for device nodes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rdev: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
+}
+
+/// The state of one path at one point: kind, content (files), metadata.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjState {
+    pub kind: Kind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<ContentHash>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Meta>,
+}
+
+impl ObjState {
+    pub fn absent() -> ObjState {
+        ObjState {
+            kind: Kind::Absent,
+            hash: None,
+            meta: None,
+        }
+    }
+
+    pub fn size(&self) -> Option<u64> {
+        self.meta.as_ref().map(|m| m.size)
+    }
+}
+
+/// What kind of change an event records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    /// Content written through an open handle (open, writes, close).
+    Write,
+    Create,
+    Mkdir,
+    Mknod,
+    Symlink,
+    Link,
+    Unlink,
+    Rmdir,
+    Rename,
+    /// RENAME_EXCHANGE: the two paths swap.
+    Exchange,
+    Truncate,
+    Chmod,
+    Chown,
+    Utimens,
+    Setxattr,
+    Removexattr,
+    Fallocate,
+}
+
+impl Op {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Op::Write => "write",
+            Op::Create => "create",
+            Op::Mkdir => "mkdir",
+            Op::Mknod => "mknod",
+            Op::Symlink => "symlink",
+            Op::Link => "link",
+            Op::Unlink => "unlink",
+            Op::Rmdir => "rmdir",
+            Op::Rename => "rename",
+            Op::Exchange => "exchange",
+            Op::Truncate => "truncate",
+            Op::Chmod => "chmod",
+            Op::Chown => "chown",
+            Op::Utimens => "utimens",
+            Op::Setxattr => "setxattr",
+            Op::Removexattr => "removexattr",
+            Op::Fallocate => "fallocate",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Op> {
+        serde_json::from_value(serde_json::Value::String(s.to_string())).ok()
+    }
+}
+
+/// Who made a change.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Actor {
+    pub pid: u32,
+    pub process: String,
+    pub exe: String,
+}
+
+/// One recorded change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: Seq,
+    /// Nanoseconds since the Unix epoch.
+    pub time_ns: i64,
+    pub op: Op,
+    /// Path relative to the project root (raw bytes).
+    #[serde(with = "hex_bytes")]
+    pub path: Vec<u8>,
+    /// Rename/exchange destination.
+    #[serde(default, with = "hex_opt")]
+    pub to_path: Option<Vec<u8>>,
+    /// State of `path` before the change.
+    pub before: ObjState,
+    /// State of `path` after the change (for a rename: of `to_path`).
+    pub after: ObjState,
+    /// State of `to_path` before a rename or exchange.
+    #[serde(default)]
+    pub target_before: Option<ObjState>,
+    /// False when the before content was too large to keep (hashes only).
+    pub captured: bool,
+    pub actor: Actor,
+    pub session: Option<String>,
+    /// Why agx itself made this change (restore), if it did.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+impl Event {
+    pub fn path_str(&self) -> String {
+        String::from_utf8_lossy(&self.path).into_owned()
+    }
+
+    pub fn to_path_str(&self) -> Option<String> {
+        self.to_path
+            .as_ref()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+    }
+}
+
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::to_hex(v))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let s = String::deserialize(d)?;
+        super::from_hex(&s).ok_or_else(|| serde::de::Error::custom("bad hex"))
+    }
+}
+
+mod hex_opt {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(b) => s.serialize_some(&super::to_hex(b)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            Some(s) => super::from_hex(&s)
+                .map(Some)
+                .ok_or_else(|| serde::de::Error::custom("bad hex")),
+            None => Ok(None),
+        }
+    }
+}
+
+mod hex_pairs {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[(Vec<u8>, Vec<u8>)], s: S) -> Result<S::Ok, S::Error> {
+        let pairs: Vec<(String, String)> = v
+            .iter()
+            .map(|(a, b)| (super::to_hex(a), super::to_hex(b)))
+            .collect();
+        pairs.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, D::Error> {
+        let pairs = Vec::<(String, String)>::deserialize(d)?;
+        pairs
+            .into_iter()
+            .map(|(a, b)| match (super::from_hex(&a), super::from_hex(&b)) {
+                (Some(a), Some(b)) => Ok((a, b)),
+                _ => Err(serde::de::Error::custom("bad hex")),
+            })
+            .collect()
+    }
+}
+
+pub fn to_hex(b: &[u8]) -> String {
+    const D: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        s.push(D[(x >> 4) as usize] as char);
+        s.push(D[(x & 15) as usize] as char);
+    }
+    s
+}
+
+pub fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+impl Serialize for ContentHash {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> Deserialize<'de> for ContentHash {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        ContentHash::from_hex(&s).ok_or_else(|| serde::de::Error::custom("bad content hash"))
+    }
+}
+
+impl<'de> Deserialize<'de> for Seq {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        i64::deserialize(d).map(Seq)
+    }
+}
