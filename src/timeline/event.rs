@@ -17,6 +17,9 @@ pub enum Kind {
     Other,
 }
 
+/// Extended attributes: (name, value) pairs.
+pub type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Metadata of an object (files, directories, symlinks alike).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Meta {
@@ -33,7 +36,7 @@ pub struct Meta {
     pub target: Option<Vec<u8>>,
     /// Extended attributes, name and value bytes (hex).
     #[serde(default, skip_serializing_if = "Vec::is_empty", with = "hex_pairs")]
-    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    pub xattrs: Xattrs,
     /// Device number for device nodes.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub rdev: u64,
@@ -205,7 +208,7 @@ mod hex_opt {
 mod hex_pairs {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    pub fn serialize<S: Serializer>(v: &[(Vec<u8>, Vec<u8>)], s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(v: &super::Xattrs, s: S) -> Result<S::Ok, S::Error> {
         let pairs: Vec<(String, String)> = v
             .iter()
             .map(|(a, b)| (super::to_hex(a), super::to_hex(b)))
@@ -213,9 +216,7 @@ mod hex_pairs {
         pairs.serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<super::Xattrs, D::Error> {
         let pairs = Vec::<(String, String)>::deserialize(d)?;
         pairs
             .into_iter()
