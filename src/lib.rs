@@ -2,6 +2,7 @@
 //! undoable, attributable and branchable. See ARCHITECTURE.md for the map.
 #![deny(unsafe_code)]
 
+pub mod attribution;
 pub mod capture;
 pub mod cli;
 pub mod control;

@@ -5,9 +5,44 @@
 //! nothing changes. This is where before-images are taken (see DESIGN.md section 2,
 //! invariant 1). The plain mount uses [`PassThrough`], which records nothing.
 
+pub mod config;
+pub mod ignore;
+mod journal;
+pub mod recorder;
+mod recovery;
+mod staging;
+pub mod state;
+
 use std::ffi::OsStr;
 
 use fuser::Errno;
+use thiserror::Error;
+
+pub use recorder::{After, Before, Recorder, Ticket};
+
+/// Why capture could not start.
+#[derive(Debug, Error)]
+pub enum CaptureError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Timeline(#[from] crate::timeline::TimelineError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl CaptureError {
+    pub fn io(what: &str) -> impl FnOnce(std::io::Error) -> CaptureError + '_ {
+        move |source| CaptureError::Io {
+            what: what.to_string(),
+            source,
+        }
+    }
+}
 
 use crate::fs::inode::Node;
 

@@ -1,0 +1,65 @@
+//! Who made a change: pid -> process name and executable, read from /proc and cached by
+//! (pid, start time) so a recycled pid is never mistaken for the process that had it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::timeline::Actor;
+
+/// The start time of a process (field 22 of /proc/PID/stat), which tells a recycled pid
+/// from the process that had it before.
+fn start_time(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+fn read_actor(pid: u32) -> Actor {
+    let process = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_default();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Actor { pid, process, exe }
+}
+
+#[derive(Default)]
+pub struct Attributor {
+    cache: Mutex<HashMap<u32, (u64, Actor)>>,
+}
+
+/// Above this many cached processes the cache starts over.
+const CACHE_LIMIT: usize = 4096;
+
+impl Attributor {
+    pub fn actor(&self, pid: u32) -> Actor {
+        if pid == 0 {
+            return Actor::default();
+        }
+        let st = start_time(pid).unwrap_or(0);
+        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((t, a)) = c.get(&pid) {
+            if *t == st {
+                return a.clone();
+            }
+        }
+        let a = read_actor(pid);
+        if c.len() >= CACHE_LIMIT {
+            c.clear();
+        }
+        c.insert(pid, (st, a.clone()));
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn resolves_this_process() {
+        let a = super::Attributor::default().actor(std::process::id());
+        assert_eq!(a.pid, std::process::id());
+        assert!(!a.process.is_empty());
+        assert!(a.exe.contains("agx") || !a.exe.is_empty());
+    }
+}

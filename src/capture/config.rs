@@ -1,0 +1,98 @@
+//! `.agx/config.toml`: what capture keeps and how durably.
+//!
+//! ```toml
+//! [capture]
+//! max_size = 268435456   # bytes; larger files get hashes but no before-image
+//! fsync = "never"        # "never" or "always"
+//! include = ["node_modules/"]   # gitignore-style patterns to capture even if ignored
+//! exclude = ["*.log"]           # extra patterns never captured
+//! ```
+
+use serde::Deserialize;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error(".agx/config.toml: {0}")]
+    Parse(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fsync {
+    /// Default. The journal, staged before-images and objects are written but not synced:
+    /// a killed daemon loses nothing (the kernel has the data), a power cut may.
+    Never,
+    /// Sync each journal record and staged before-image before the mutation proceeds:
+    /// safe against power loss, much slower for small writes.
+    Always,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureConfig {
+    /// Files larger than this get an event with hashes but no before-image. Default 256 MiB;
+    /// raising it costs store space and copy time on first writes to big files.
+    #[serde(default = "default_max_size")]
+    pub max_size: u64,
+    #[serde(default = "default_fsync")]
+    pub fsync: Fsync,
+    /// Patterns (gitignore syntax) captured even when .gitignore ignores them.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Patterns (gitignore syntax) never captured.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+fn default_max_size() -> u64 {
+    256 << 20
+}
+
+fn default_fsync() -> Fsync {
+    Fsync::Never
+}
+
+impl Default for CaptureConfig {
+    fn default() -> Self {
+        CaptureConfig {
+            max_size: default_max_size(),
+            fsync: default_fsync(),
+            include: Vec::new(),
+            exclude: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub capture: CaptureConfig,
+}
+
+impl Config {
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string().replace('\n', " ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = Config::parse("").unwrap();
+        assert_eq!(c.capture.max_size, 256 << 20);
+        assert_eq!(c.capture.fsync, Fsync::Never);
+        let c = Config::parse(
+            "[capture]\nmax_size = 10\nfsync = \"always\"\ninclude = [\"node_modules/\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.capture.max_size, 10);
+        assert_eq!(c.capture.fsync, Fsync::Always);
+        assert_eq!(c.capture.include, vec!["node_modules/"]);
+        assert!(Config::parse("[capture]\nbogus = 1\n").is_err());
+    }
+}

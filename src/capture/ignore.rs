@@ -1,0 +1,178 @@
+//! Which paths are passed through without capture: `.gitignore`d paths (every
+//! `.gitignore` from the root down), `.agxignore` at the root, `.git/objects/`, and the
+//! config's `exclude` patterns; the config's `include` patterns win over all of them.
+//!
+//! Matchers are loaded lazily per directory (no scan at mount) and dropped when any
+//! ignore file changes through the mount.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use ignore::Match;
+
+/// Reads a file by its path relative to the project root.
+pub type Reader = Box<dyn Fn(&Path) -> Option<String> + Send + Sync>;
+
+pub struct IgnoreRules {
+    read: Reader,
+    include: Gitignore,
+    exclude: Gitignore,
+    /// Per directory (relative path, "" for the root): its .gitignore matcher.
+    dirs: Mutex<HashMap<PathBuf, Option<Gitignore>>>,
+}
+
+fn build(base: &Path, lines: &str) -> Option<Gitignore> {
+    let mut b = GitignoreBuilder::new(base);
+    let mut any = false;
+    for l in lines.lines() {
+        if b.add_line(None, l).is_ok() && !l.trim().is_empty() && !l.starts_with('#') {
+            any = true;
+        }
+    }
+    if !any {
+        return None;
+    }
+    b.build().ok()
+}
+
+fn patterns(lines: &[String]) -> Gitignore {
+    build(Path::new(""), &lines.join("\n")).unwrap_or_else(Gitignore::empty)
+}
+
+/// Whether a file name is one whose change must reset the matchers.
+pub fn is_ignore_file(name: &[u8]) -> bool {
+    name == b".gitignore" || name == b".agxignore"
+}
+
+impl IgnoreRules {
+    pub fn new(read: Reader, include: &[String], exclude: &[String]) -> IgnoreRules {
+        IgnoreRules {
+            read,
+            include: patterns(include),
+            exclude: patterns(exclude),
+            dirs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Forgets every loaded matcher (an ignore file changed).
+    pub fn reset(&self) {
+        self.dirs.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    fn matcher(&self, dir: &Path) -> Option<Gitignore> {
+        let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = dirs.get(dir) {
+            return m.clone();
+        }
+        let mut text = (self.read)(&dir.join(".gitignore")).unwrap_or_default();
+        if dir.as_os_str().is_empty() {
+            if let Some(a) = (self.read)(Path::new(".agxignore")) {
+                text.push('\n');
+                text.push_str(&a);
+            }
+        }
+        let m = build(dir, &text);
+        dirs.insert(dir.to_path_buf(), m.clone());
+        m
+    }
+
+    /// Whether `rel` (relative to the project root) is passed through without capture.
+    pub fn is_ignored(&self, rel: &Path, is_dir: bool) -> bool {
+        if self
+            .include
+            .matched_path_or_any_parents(rel, is_dir)
+            .is_ignore()
+        {
+            return false;
+        }
+        if rel.starts_with(".git/objects") {
+            return true;
+        }
+        if self
+            .exclude
+            .matched_path_or_any_parents(rel, is_dir)
+            .is_ignore()
+        {
+            return true;
+        }
+        // Each prefix of the path, checked against the .gitignore files above it, deepest
+        // first; an ignored directory ignores everything below it (as in git).
+        let comps: Vec<_> = rel.components().collect();
+        let mut prefix = PathBuf::new();
+        for (i, c) in comps.iter().enumerate() {
+            let parent = prefix.clone();
+            prefix.push(c);
+            let prefix_is_dir = i + 1 < comps.len() || is_dir;
+            if prefix == Path::new(".git") {
+                continue;
+            }
+            let mut dir = Some(parent.as_path());
+            while let Some(d) = dir {
+                if let Some(m) = self.matcher(d) {
+                    let rel_to_d = prefix.strip_prefix(d).unwrap_or(&prefix);
+                    match m.matched(rel_to_d, prefix_is_dir) {
+                        Match::Ignore(_) => return true,
+                        Match::Whitelist(_) => break,
+                        Match::None => {}
+                    }
+                }
+                dir = if d.as_os_str().is_empty() {
+                    None
+                } else {
+                    d.parent()
+                };
+            }
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(files: &[(&str, &str)], include: &[&str]) -> IgnoreRules {
+        let files: HashMap<PathBuf, String> = files
+            .iter()
+            .map(|(p, t)| (PathBuf::from(p), t.to_string()))
+            .collect();
+        IgnoreRules::new(
+            Box::new(move |p| files.get(p).cloned()),
+            &include.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            &[],
+        )
+    }
+
+    #[test]
+    fn gitignore_hierarchy_and_defaults() {
+        let r = rules(
+            &[
+                (".gitignore", "target/\n*.log\nnode_modules\n"),
+                ("sub/.gitignore", "gen.rs\n!keep.log\n"),
+                (".agxignore", "scratch/\n"),
+            ],
+            &[],
+        );
+        let ig = |p: &str, d: bool| r.is_ignored(Path::new(p), d);
+        assert!(ig("target/debug/foo", false));
+        assert!(ig("target", true));
+        assert!(!ig("src/main.rs", false));
+        assert!(ig("a.log", false));
+        assert!(ig("sub/gen.rs", false));
+        assert!(!ig("gen.rs", false));
+        assert!(!ig("sub/keep.log", false));
+        assert!(ig("node_modules/x/index.js", false));
+        assert!(ig("scratch/t", false));
+        assert!(ig(".git/objects/ab/cdef", false));
+        assert!(!ig(".git/index", false));
+        assert!(!ig(".git/refs/heads/main", false));
+    }
+
+    #[test]
+    fn include_wins() {
+        let r = rules(&[(".gitignore", "node_modules\n")], &["node_modules/"]);
+        assert!(!r.is_ignored(Path::new("node_modules/x/index.js"), false));
+    }
+}

@@ -1,0 +1,645 @@
+//! The recorder: turns "this is about to change" into a durable before-image and a journal
+//! record on the request path, and hands everything else (hashing after-images,
+//! compression, indexing) to a background worker.
+//!
+//! Invariants (DESIGN.md section 2):
+//! - `begin` returns only once the before-image is in staging (or known to be in the
+//!   store) and the begin record is in the journal; if it cannot, it returns an errno and
+//!   the caller must not apply the mutation.
+//! - Every begun event is either committed or cancelled; the journal lets recovery finish
+//!   the ones a crash interrupted.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, Sender};
+use fuser::Errno;
+use rustix::fs::{Mode, OFlags};
+
+use super::config::CaptureConfig;
+use super::ignore::IgnoreRules;
+use super::journal::{Journal, Record};
+use super::staging::{hash_file, Staging};
+use super::state::{key_of, kind_of, meta_of};
+use crate::ids::{ContentHash, InodeKey, Seq};
+use crate::store::Store;
+use crate::timeline::{Actor, Event, Kind, ObjState, Op, Timeline};
+
+/// What to record of the state a mutation changes.
+pub enum Before<'a> {
+    /// Nothing is there (a creation).
+    Absent,
+    /// Kind and metadata only: the content does not change (chmod, rename source, ...).
+    Meta(BorrowedFd<'a>),
+    /// Content too, by copy (write, truncate, fallocate).
+    Content(BorrowedFd<'a>),
+    /// The object loses this name (unlink, rename over it): kept by a hard link from
+    /// `dir/name` unless `may_change` (other names or open writers), then copied.
+    Leaving {
+        fd: BorrowedFd<'a>,
+        dir: BorrowedFd<'a>,
+        name: &'a OsStr,
+        may_change: bool,
+    },
+}
+
+/// The state after a mutation.
+pub enum After {
+    Absent,
+    /// Known now (metadata read by the caller; content unchanged or not a file).
+    State(ObjState),
+    /// A file whose new content the worker reads (an `O_PATH` descriptor of it).
+    Content(OwnedFd),
+}
+
+/// A begun event.
+pub struct Ticket {
+    event: Event,
+    staged: Option<String>,
+    target_staged: Option<String>,
+}
+
+impl Ticket {
+    pub(super) fn from_parts(
+        event: Event,
+        staged: Option<String>,
+        target_staged: Option<String>,
+    ) -> Ticket {
+        Ticket {
+            event,
+            staged,
+            target_staged,
+        }
+    }
+
+    pub fn seq(&self) -> Seq {
+        self.event.seq
+    }
+
+    pub fn op(&self) -> Op {
+        self.event.op
+    }
+
+    pub fn before_hash(&self) -> Option<ContentHash> {
+        self.event.before.hash
+    }
+}
+
+/// The last after-image recorded for an inode: a later before-image with the same size,
+/// times and inode is that content, already stored.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Known {
+    size: i64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    hash: ContentHash,
+}
+
+fn known_of(st: &rustix::fs::Stat, hash: ContentHash) -> Known {
+    Known {
+        size: st.st_size,
+        mtime: (st.st_mtime, st.st_mtime_nsec as i64),
+        ctime: (st.st_ctime, st.st_ctime_nsec as i64),
+        hash,
+    }
+}
+
+enum Job {
+    Commit(Box<Ticket>, After),
+    Flush(Sender<()>),
+    Stop,
+}
+
+pub(super) struct Shared {
+    pub store: Store,
+    pub staging: Staging,
+    pub journal: Mutex<Journal>,
+    /// Begun events not yet in the timeline (or dropped).
+    inflight: AtomicI64,
+    known: Mutex<HashMap<InodeKey, Known>>,
+    proc_fd: OwnedFd,
+    pub root: OwnedFd,
+}
+
+impl Shared {
+    fn reopen_read(&self, fd: impl AsFd) -> std::io::Result<OwnedFd> {
+        use std::os::fd::AsRawFd;
+        Ok(rustix::fs::openat(
+            &self.proc_fd,
+            fd.as_fd().as_raw_fd().to_string(),
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?)
+    }
+}
+
+pub struct Recorder {
+    shared: Arc<Shared>,
+    next_seq: AtomicI64,
+    tx: Sender<Job>,
+    worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+    ignore: IgnoreRules,
+    cfg: CaptureConfig,
+}
+
+pub fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+fn enospc_or_eio(e: &std::io::Error) -> Errno {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => Errno::ENOSPC,
+        _ => Errno::EIO,
+    }
+}
+
+impl Recorder {
+    /// Opens capture for the project whose root and `.agx/` directories are given, after
+    /// recovering whatever a previous run left in the journal and staging.
+    pub fn open(
+        root: OwnedFd,
+        agx: &OwnedFd,
+        cfg: CaptureConfig,
+        mut timeline: Timeline,
+    ) -> Result<Recorder, super::CaptureError> {
+        let fsync = cfg.fsync == super::config::Fsync::Always;
+        let store = Store::open(agx, fsync)?;
+        let staging = Staging::open(agx, fsync).map_err(super::CaptureError::io("staging"))?;
+        let proc_fd = rustix::fs::open(
+            "/proc/self/fd",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| super::CaptureError::io("/proc/self/fd")(e.into()))?;
+        let journal = Journal::open(agx, fsync).map_err(super::CaptureError::io("journal"))?;
+        let shared = Arc::new(Shared {
+            store,
+            staging,
+            journal: Mutex::new(journal),
+            inflight: AtomicI64::new(0),
+            known: Mutex::new(HashMap::new()),
+            proc_fd,
+            root,
+        });
+        let last = super::recovery::recover(&shared, agx, &mut timeline)?;
+        let reader_root = rustix::io::dup(&shared.root)
+            .map_err(|e| super::CaptureError::io("project root")(e.into()))?;
+        let ignore = IgnoreRules::new(
+            Box::new(move |p: &Path| read_rel(&reader_root, p)),
+            &cfg.include,
+            &cfg.exclude,
+        );
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let w_shared = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name("agx-capture".into())
+            .spawn(move || worker_loop(w_shared, timeline, rx))
+            .map_err(super::CaptureError::io("starting the capture worker"))?;
+        Ok(Recorder {
+            shared,
+            next_seq: AtomicI64::new(last.0 + 1),
+            tx,
+            worker: Mutex::new(Some(worker)),
+            ignore,
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &CaptureConfig {
+        &self.cfg
+    }
+
+    /// Whether changes to `path` are passed through without capture.
+    pub fn is_ignored(&self, path: &[u8], is_dir: bool) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        self.ignore
+            .is_ignored(Path::new(OsStr::from_bytes(path)), is_dir)
+    }
+
+    /// An ignore file changed: reload the rules.
+    pub fn ignore_files_changed(&self) {
+        self.ignore.reset();
+    }
+
+    /// Starts an event: records the before-state (and `target`, the state of `to_path` a
+    /// rename replaces) durably. `Ok(None)`: the path is ignored, nothing recorded.
+    #[allow(clippy::too_many_arguments)]
+    pub fn begin(
+        &self,
+        op: Op,
+        path: Vec<u8>,
+        to_path: Option<Vec<u8>>,
+        actor: Actor,
+        before: Before<'_>,
+        target: Option<Before<'_>>,
+        note: Option<String>,
+    ) -> Result<Option<Ticket>, Errno> {
+        let seq = Seq(self.next_seq.fetch_add(1, Ordering::Relaxed));
+        self.shared.inflight.fetch_add(1, Ordering::SeqCst);
+        match self.begin_inner(seq, op, path, to_path, actor, before, target, note) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) => {
+                self.shared.inflight.fetch_sub(1, Ordering::SeqCst);
+                Err(e)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn begin_inner(
+        &self,
+        seq: Seq,
+        op: Op,
+        path: Vec<u8>,
+        to_path: Option<Vec<u8>>,
+        actor: Actor,
+        before: Before<'_>,
+        target: Option<Before<'_>>,
+        note: Option<String>,
+    ) -> Result<Ticket, Errno> {
+        let (before, staged, captured) = self.take(before, &seq.0.to_string())?;
+        let (target_before, target_staged) = match target {
+            Some(t) => match self.take(t, &format!("{}.t", seq.0)) {
+                Ok((s, st, _)) => (Some(s), st),
+                Err(e) => {
+                    if let Some(s) = &staged {
+                        self.shared.staging.remove(s);
+                    }
+                    return Err(e);
+                }
+            },
+            None => (None, None),
+        };
+        let event = Event {
+            seq,
+            time_ns: now_ns(),
+            op,
+            path,
+            to_path,
+            before,
+            after: ObjState::absent(),
+            target_before,
+            captured,
+            actor,
+            session: None,
+            note,
+        };
+        let ticket = Ticket {
+            event,
+            staged,
+            target_staged,
+        };
+        let rec = Record::Begin {
+            event: ticket.event.clone(),
+            staged: ticket.staged.clone(),
+            target_staged: ticket.target_staged.clone(),
+        };
+        if let Err(e) = self.journal_append(&rec) {
+            self.remove_staged(&ticket);
+            return Err(enospc_or_eio(&e));
+        }
+        Ok(ticket)
+    }
+
+    fn journal_append(&self, r: &Record) -> std::io::Result<()> {
+        self.shared
+            .journal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .append(r)
+    }
+
+    fn remove_staged(&self, t: &Ticket) {
+        if let Some(s) = &t.staged {
+            self.shared.staging.remove(s);
+        }
+        if let Some(s) = &t.target_staged {
+            self.shared.staging.remove(s);
+        }
+    }
+
+    /// Takes a before-state; returns it, the staging name holding its content (if any),
+    /// and whether the content was kept.
+    fn take(&self, b: Before<'_>, name: &str) -> Result<(ObjState, Option<String>, bool), Errno> {
+        match b {
+            Before::Absent => Ok((ObjState::absent(), None, true)),
+            Before::Meta(fd) => {
+                let st = rustix::fs::fstat(fd).map_err(crate::fs::errno)?;
+                Ok((self.meta_state(fd, &st), None, true))
+            }
+            Before::Content(fd) => self.take_content(fd, None, name),
+            Before::Leaving {
+                fd,
+                dir,
+                name: entry,
+                may_change,
+            } => {
+                let st = rustix::fs::fstat(fd).map_err(crate::fs::errno)?;
+                if kind_of(&st) != Kind::File {
+                    return Ok((self.meta_state(fd, &st), None, true));
+                }
+                let link = if may_change || st.st_nlink > 1 {
+                    None
+                } else {
+                    Some((dir, entry))
+                };
+                self.take_content(fd, link, name)
+            }
+        }
+    }
+
+    fn meta_state(&self, fd: BorrowedFd<'_>, st: &rustix::fs::Stat) -> ObjState {
+        let kind = kind_of(st);
+        // Content does not change; note its hash when it is known for free.
+        let hash = if kind == Kind::File {
+            self.known_hash(st)
+        } else {
+            None
+        };
+        ObjState {
+            kind,
+            hash,
+            meta: Some(meta_of(fd, st)),
+        }
+    }
+
+    fn known_hash(&self, st: &rustix::fs::Stat) -> Option<ContentHash> {
+        let known = self.shared.known.lock().unwrap_or_else(|e| e.into_inner());
+        known
+            .get(&key_of(st))
+            .filter(|k| **k == known_of(st, k.hash))
+            .map(|k| k.hash)
+    }
+
+    fn take_content(
+        &self,
+        fd: BorrowedFd<'_>,
+        link: Option<(BorrowedFd<'_>, &OsStr)>,
+        name: &str,
+    ) -> Result<(ObjState, Option<String>, bool), Errno> {
+        let st = rustix::fs::fstat(fd).map_err(crate::fs::errno)?;
+        let mut state = self.meta_state(fd, &st);
+        if state.kind != Kind::File {
+            return Ok((state, None, true));
+        }
+        if let Some(h) = state.hash {
+            if self.shared.store.contains(&h) {
+                return Ok((state, None, true));
+            }
+        }
+        let file = self.shared.reopen_read(fd).map_err(|e| enospc_or_eio(&e))?;
+        if st.st_size as u64 > self.cfg.max_size {
+            let (h, _) = hash_file(&file).map_err(|e| enospc_or_eio(&e))?;
+            state.hash = Some(h);
+            return Ok((state, None, false));
+        }
+        if let Some((dir, entry)) = link {
+            if self.shared.staging.link(dir, entry, name).is_ok() {
+                return Ok((state, Some(name.to_string()), true));
+            }
+        }
+        let staged = self
+            .shared
+            .staging
+            .copy(&file, name)
+            .map_err(|e| enospc_or_eio(&e))?;
+        state.hash = staged.hash;
+        Ok((state, Some(name.to_string()), true))
+    }
+
+    /// Finishes an event with the state after the mutation.
+    pub fn commit(&self, t: Ticket, after: After) {
+        let known_after = match &after {
+            After::State(s) => Some(s.clone()),
+            After::Absent => Some(ObjState::absent()),
+            After::Content(_) => None,
+        };
+        if let Err(e) = self.journal_append(&Record::Commit {
+            seq: t.event.seq.0,
+            after: known_after,
+        }) {
+            log::warn!(
+                "journal: cannot record the end of event {}: {e}",
+                t.event.seq
+            );
+        }
+        let _ = self.tx.send(Job::Commit(Box::new(t), after));
+    }
+
+    /// Abandons an event whose mutation failed.
+    pub fn cancel(&self, t: Ticket) {
+        let _ = self.journal_append(&Record::Cancel { seq: t.event.seq.0 });
+        self.remove_staged(&t);
+        self.shared.inflight.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// The state of an object after a change, for `After::State`.
+    pub fn state_of(&self, fd: BorrowedFd<'_>) -> ObjState {
+        match rustix::fs::fstat(fd) {
+            Ok(st) => self.meta_state(fd, &st),
+            Err(_) => ObjState::absent(),
+        }
+    }
+
+    /// Waits until every committed event is in the timeline.
+    pub fn flush(&self) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self.tx.send(Job::Flush(tx)).is_ok() {
+            let _ = rx.recv();
+        }
+    }
+
+    /// Flushes and stops the worker (at unmount). Events begun later are still journaled
+    /// and recovered at the next start.
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Job::Stop);
+        if let Some(h) = self.worker.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn read_rel(root: &OwnedFd, p: &Path) -> Option<String> {
+    let fd = rustix::fs::openat(root, p, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    let mut s = String::new();
+    std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut s).ok()?;
+    Some(s)
+}
+
+/// Moves a staged before-image into the store; returns its hash.
+pub(super) fn ingest_staged(
+    shared: &Shared,
+    name: &str,
+    base: Option<&ContentHash>,
+) -> Result<ContentHash, super::CaptureError> {
+    let f = shared
+        .staging
+        .open_read(name)
+        .map_err(super::CaptureError::io("staging"))?;
+    let put = shared.store.put_reader(f, base)?;
+    Ok(put.hash)
+}
+
+/// Reads, hashes and stores the current content of a file; remembers it as the inode's
+/// last after-image when the file did not change while it was read.
+pub(super) fn ingest_live(
+    shared: &Shared,
+    fd: &OwnedFd,
+    base: Option<&ContentHash>,
+) -> Result<ObjState, super::CaptureError> {
+    let st = rustix::fs::fstat(fd).map_err(|e| super::CaptureError::io("stat")(e.into()))?;
+    let kind = kind_of(&st);
+    let meta = meta_of(fd, &st);
+    if kind != Kind::File {
+        return Ok(ObjState {
+            kind,
+            hash: None,
+            meta: Some(meta),
+        });
+    }
+    let file = shared
+        .reopen_read(fd)
+        .map_err(super::CaptureError::io("reading an after-image"))?;
+    let put = shared.store.put_reader(std::fs::File::from(file), base)?;
+    if let Ok(st2) = rustix::fs::fstat(fd) {
+        if known_of(&st2, put.hash) == known_of(&st, put.hash) {
+            shared
+                .known
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key_of(&st), known_of(&st, put.hash));
+        }
+    }
+    Ok(ObjState {
+        kind,
+        hash: Some(put.hash),
+        meta: Some(meta),
+    })
+}
+
+/// Whether an event changed nothing (an open for writing that wrote nothing new).
+pub(super) fn is_noop(e: &Event) -> bool {
+    matches!(e.op, Op::Write)
+        && e.before.kind == e.after.kind
+        && e.before.hash.is_some()
+        && e.before.hash == e.after.hash
+        && e.before.meta.as_ref().map(|m| m.mode) == e.after.meta.as_ref().map(|m| m.mode)
+}
+
+/// Completes an event: content into the store, the after-state resolved.
+pub(super) fn finish(shared: &Shared, t: Ticket, after: After, base: Option<ContentHash>) -> Event {
+    let mut e = t.event;
+    if let Some(name) = &t.staged {
+        match ingest_staged(shared, name, base.as_ref()) {
+            Ok(h) => {
+                e.before.hash = Some(h);
+                shared.staging.remove(name);
+            }
+            Err(err) => log::error!("event {}: keeping staged before-image {name}: {err}", e.seq),
+        }
+    }
+    if let Some(name) = &t.target_staged {
+        match ingest_staged(shared, name, None) {
+            Ok(h) => {
+                if let Some(tb) = e.target_before.as_mut() {
+                    tb.hash = Some(h);
+                }
+                shared.staging.remove(name);
+            }
+            Err(err) => log::error!("event {}: keeping staged target {name}: {err}", e.seq),
+        }
+    }
+    e.after = match after {
+        After::Absent => ObjState::absent(),
+        After::State(mut s) => {
+            if s.kind == Kind::File && s.hash.is_none() && e.before.kind == Kind::File {
+                // Metadata-only change: the content is the before content.
+                if matches!(
+                    e.op,
+                    Op::Chmod
+                        | Op::Chown
+                        | Op::Utimens
+                        | Op::Setxattr
+                        | Op::Removexattr
+                        | Op::Rename
+                ) {
+                    s.hash = e.before.hash;
+                }
+            }
+            s
+        }
+        After::Content(fd) => {
+            let b = e.before.hash;
+            match ingest_live(shared, &fd, b.as_ref()) {
+                Ok(s) => s,
+                Err(err) => {
+                    log::error!("event {}: cannot read the after-image: {err}", e.seq);
+                    ObjState::absent()
+                }
+            }
+        }
+    };
+    e
+}
+
+fn worker_loop(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
+    let mut batch: Vec<Event> = Vec::new();
+    let mut settled = 0i64;
+    let mut stop = false;
+    while !stop {
+        let job = if batch.is_empty() && settled == 0 {
+            match rx.recv() {
+                Ok(j) => Some(j),
+                Err(_) => break,
+            }
+        } else {
+            rx.try_recv().ok()
+        };
+        let mut waiter = None;
+        match job {
+            Some(Job::Commit(t, after)) => {
+                let base = timeline.last_hash_of(&t.event.path).ok().flatten();
+                let e = finish(&shared, *t, after, base);
+                settled += 1;
+                if !is_noop(&e) {
+                    batch.push(e);
+                }
+                if batch.len() < 512 && !rx.is_empty() {
+                    continue;
+                }
+            }
+            Some(Job::Flush(w)) => waiter = Some(w),
+            Some(Job::Stop) => stop = true,
+            None => {}
+        }
+        if !batch.is_empty() {
+            if let Err(e) = timeline.insert(&batch) {
+                log::error!("timeline: cannot record {} events: {e}", batch.len());
+            }
+            batch.clear();
+        }
+        if settled > 0 {
+            shared.inflight.fetch_sub(settled, Ordering::SeqCst);
+            settled = 0;
+        }
+        {
+            let mut j = shared.journal.lock().unwrap_or_else(|e| e.into_inner());
+            if shared.inflight.load(Ordering::SeqCst) == 0 && !j.is_empty() {
+                if let Err(e) = j.truncate() {
+                    log::warn!("journal: cannot truncate: {e}");
+                }
+            }
+        }
+        if let Some(w) = waiter {
+            let _ = w.send(());
+        }
+    }
+}
