@@ -10,5 +10,6 @@ pub mod fs;
 pub mod ids;
 pub mod logging;
 pub mod mount;
+pub mod restore;
 pub mod store;
 pub mod timeline;

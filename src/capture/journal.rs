@@ -65,10 +65,6 @@ impl Journal {
         Ok(())
     }
 
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -19,6 +19,7 @@ use fuser::Errno;
 use thiserror::Error;
 
 pub use recorder::{After, Before, Recorder, Ticket};
+pub use staging::hash_file as staging_hash;
 
 /// Why capture could not start.
 #[derive(Debug, Error)]

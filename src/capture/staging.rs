@@ -19,10 +19,10 @@ pub struct Staging {
     reflink: AtomicBool,
 }
 
-/// A copied before-image: its hash when it was computed while copying.
+/// A copied before-image: its hash when it was computed while copying (not for a
+/// reflink, which copies no bytes).
 pub struct Staged {
     pub hash: Option<ContentHash>,
-    pub size: u64,
 }
 
 impl Staging {
@@ -76,17 +76,16 @@ impl Staging {
         if self.reflink.load(Ordering::Relaxed) {
             match rustix::fs::ioctl_ficlone(dst, src) {
                 Ok(()) => {
-                    let size = rustix::fs::fstat(dst)?.st_size as u64;
                     if self.fsync {
                         rustix::fs::fsync(dst)?;
                     }
-                    return Ok(Staged { hash: None, size });
+                    return Ok(Staged { hash: None });
                 }
                 Err(_) => self.reflink.store(false, Ordering::Relaxed),
             }
         }
         let mut hasher = blake3::Hasher::new();
-        let mut input = std::fs::File::from(rustix::io::dup(src)?);
+        let input = std::fs::File::from(rustix::io::dup(src)?);
         let mut out = std::fs::File::from(rustix::io::dup(dst)?);
         let mut buf = vec![0u8; 256 << 10];
         let mut off = 0u64;
@@ -99,13 +98,11 @@ impl Staging {
             out.write_all(&buf[..n])?;
             off += n as u64;
         }
-        let _ = &mut input;
         if self.fsync {
             out.sync_data()?;
         }
         Ok(Staged {
             hash: Some(ContentHash(*hasher.finalize().as_bytes())),
-            size: off,
         })
     }
 

@@ -1,0 +1,418 @@
+//! Carrying out a plan. Every change goes through the recorder like any other mutation, so
+//! the restore itself is in the timeline with what it replaced (DESIGN.md invariant 2):
+//! restoring to the point just before it undoes it.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use rustix::fs::{AtFlags, Gid, Mode, OFlags, Timespec, Timestamps, Uid};
+use serde::Serialize;
+
+use super::live::{self, open_beneath, os, split};
+use super::plan::{Content, Plan, Step};
+use super::RestoreError;
+use crate::capture::{After, Before, Recorder};
+use crate::ids::{ContentHash, Seq};
+use crate::store::Store;
+use crate::timeline::{Actor, Kind, Meta, ObjState, Op};
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Report {
+    /// The first event the restore recorded: `agx restore event:N` undoes the restore.
+    pub first_event: Option<Seq>,
+    pub done: usize,
+    pub failed: Vec<(String, String)>,
+    /// Project-relative paths whose entries changed (for kernel cache invalidation).
+    #[serde(skip)]
+    pub touched: Vec<Vec<u8>>,
+}
+
+/// Who the restore's events are attributed to, and why.
+pub struct Why {
+    pub actor: Actor,
+    pub note: String,
+}
+
+struct Ctx<'a> {
+    root: &'a OwnedFd,
+    store: &'a Store,
+    recorder: &'a Recorder,
+    why: &'a Why,
+    report: Report,
+    tmp_counter: u64,
+}
+
+fn err(path: &[u8], e: impl std::fmt::Display) -> (String, String) {
+    (String::from_utf8_lossy(path).into_owned(), e.to_string())
+}
+
+fn open_parent(root: &OwnedFd, path: &[u8]) -> Result<OwnedFd, String> {
+    let (parent, _) = split(path);
+    open_beneath(root, parent, OFlags::PATH | OFlags::DIRECTORY).map_err(|e| {
+        format!(
+            "its directory cannot be opened: {}",
+            std::io::Error::from(e)
+        )
+    })
+}
+
+fn ts(sec: i64, nsec: u32) -> Timespec {
+    Timespec {
+        tv_sec: sec,
+        tv_nsec: nsec as _,
+    }
+}
+
+fn proc_path(fd: impl AsFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())
+}
+
+/// Sets owner, mode, xattrs and times of `fd` (an O_PATH descriptor) to `m`.
+fn set_meta(
+    fd: &OwnedFd,
+    parent: &OwnedFd,
+    name: &[u8],
+    kind: Kind,
+    m: &Meta,
+) -> std::io::Result<()> {
+    rustix::fs::chownat(
+        fd,
+        "",
+        Some(Uid::from_raw(m.uid)),
+        Some(Gid::from_raw(m.gid)),
+        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+    )?;
+    if kind != Kind::Symlink {
+        rustix::fs::chmod(proc_path(fd), Mode::from_raw_mode(m.mode & 0o7777))?;
+        let path = proc_path(fd);
+        let mut names = vec![0u8; 4096];
+        if let Ok(n) = rustix::fs::listxattr(&path, &mut names) {
+            names.truncate(n);
+            for have in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+                if !m.xattrs.iter().any(|(k, _)| k == have) {
+                    if let Ok(s) = std::str::from_utf8(have) {
+                        let _ = rustix::fs::removexattr(&path, s);
+                    }
+                }
+            }
+        }
+        for (k, v) in &m.xattrs {
+            if let Ok(s) = std::str::from_utf8(k) {
+                rustix::fs::setxattr(&path, s, v, rustix::fs::XattrFlags::empty())?;
+            }
+        }
+    }
+    let times = Timestamps {
+        last_access: ts(m.atime, m.atime_nsec),
+        last_modification: ts(m.mtime, m.mtime_nsec),
+    };
+    rustix::fs::utimensat(parent, os(name), &times, AtFlags::SYMLINK_NOFOLLOW)?;
+    Ok(())
+}
+
+impl Ctx<'_> {
+    fn begin(
+        &mut self,
+        op: Op,
+        path: &[u8],
+        before: Before<'_>,
+    ) -> Result<crate::capture::Ticket, String> {
+        let t = self
+            .recorder
+            .begin(
+                op,
+                path.to_vec(),
+                None,
+                self.why.actor.clone(),
+                before,
+                None,
+                Some(self.why.note.clone()),
+            )
+            .map_err(|e| {
+                format!(
+                    "cannot record its before-image ({})",
+                    std::io::Error::from_raw_os_error(e.code())
+                )
+            })?
+            .expect("restore events are always recorded");
+        if self.report.first_event.is_none() {
+            self.report.first_event = Some(t.seq());
+        }
+        Ok(t)
+    }
+
+    fn after_of(&self, parent: &OwnedFd, name: &[u8], hash: Option<ContentHash>) -> After {
+        match rustix::fs::openat(
+            parent,
+            os(name),
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => {
+                let mut s: ObjState = self.recorder.state_of(fd.as_fd());
+                if hash.is_some() {
+                    s.hash = hash;
+                }
+                After::State(s)
+            }
+            Err(_) => After::Absent,
+        }
+    }
+
+    fn step(
+        &mut self,
+        step: &Step,
+        sources: &std::collections::HashMap<Vec<u8>, OwnedFd>,
+    ) -> Result<(), String> {
+        let path = step.path();
+        let parent = open_parent(self.root, path)?;
+        let (_, name) = split(path);
+        match step {
+            Step::Remove { dir, .. } => {
+                let obj = live::stat(self.root, path).ok_or("it is gone already")?;
+                let op = if *dir { Op::Rmdir } else { Op::Unlink };
+                let before = if *dir {
+                    Before::Meta(obj.fd.as_fd())
+                } else {
+                    Before::Leaving {
+                        fd: obj.fd.as_fd(),
+                        dir: parent.as_fd(),
+                        name: os(name),
+                        may_change: false,
+                    }
+                };
+                let t = self.begin(op, path, before)?;
+                let flags = if *dir {
+                    AtFlags::REMOVEDIR
+                } else {
+                    AtFlags::empty()
+                };
+                match rustix::fs::unlinkat(&parent, os(name), flags) {
+                    Ok(()) => self.recorder.commit(t, After::Absent),
+                    Err(e) => {
+                        self.recorder.cancel(t);
+                        return Err(std::io::Error::from(e).to_string());
+                    }
+                }
+            }
+            Step::Mkdir { meta, .. } => {
+                let t = self.begin(Op::Mkdir, path, Before::Absent)?;
+                let mode = meta.as_ref().map(|m| m.mode & 0o7777).unwrap_or(0o755);
+                if let Err(e) = rustix::fs::mkdirat(&parent, os(name), Mode::from_raw_mode(mode)) {
+                    self.recorder.cancel(t);
+                    return Err(std::io::Error::from(e).to_string());
+                }
+                if let Some(m) = meta {
+                    let _ = rustix::fs::chownat(
+                        &parent,
+                        os(name),
+                        Some(Uid::from_raw(m.uid)),
+                        Some(Gid::from_raw(m.gid)),
+                        AtFlags::SYMLINK_NOFOLLOW,
+                    );
+                }
+                let after = self.after_of(&parent, name, None);
+                self.recorder.commit(t, after);
+            }
+            Step::Write {
+                content,
+                meta,
+                replace,
+                ..
+            } => {
+                self.write_file(
+                    &parent,
+                    path,
+                    name,
+                    content,
+                    meta.as_ref(),
+                    *replace,
+                    sources,
+                )?;
+            }
+            Step::Symlink { target, meta, .. } => {
+                let t = self.begin(Op::Symlink, path, Before::Absent)?;
+                if let Err(e) = rustix::fs::symlinkat(os(target), &parent, os(name)) {
+                    self.recorder.cancel(t);
+                    return Err(std::io::Error::from(e).to_string());
+                }
+                if let Some(m) = meta {
+                    let _ = rustix::fs::chownat(
+                        &parent,
+                        os(name),
+                        Some(Uid::from_raw(m.uid)),
+                        Some(Gid::from_raw(m.gid)),
+                        AtFlags::SYMLINK_NOFOLLOW,
+                    );
+                }
+                let after = self.after_of(&parent, name, None);
+                self.recorder.commit(t, after);
+            }
+            Step::Mknod { meta, .. } => {
+                let t = self.begin(Op::Mknod, path, Before::Absent)?;
+                let kind = rustix::fs::FileType::from_raw_mode(meta.mode);
+                if let Err(e) = rustix::fs::mknodat(
+                    &parent,
+                    os(name),
+                    kind,
+                    Mode::from_raw_mode(meta.mode & 0o7777),
+                    meta.rdev,
+                ) {
+                    self.recorder.cancel(t);
+                    return Err(std::io::Error::from(e).to_string());
+                }
+                let after = self.after_of(&parent, name, None);
+                self.recorder.commit(t, after);
+            }
+            Step::SetMeta { meta, .. } => {
+                let obj = live::stat(self.root, path).ok_or("it is gone")?;
+                let t = self.begin(Op::Chmod, path, Before::Meta(obj.fd.as_fd()))?;
+                let r = set_meta(&obj.fd, &parent, name, obj.kind, meta);
+                let after = self.after_of(&parent, name, None);
+                self.recorder.commit(t, after);
+                r.map_err(|e| e.to_string())?;
+            }
+        }
+        self.report.touched.push(path.to_vec());
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_file(
+        &mut self,
+        parent: &OwnedFd,
+        path: &[u8],
+        name: &[u8],
+        content: &Content,
+        meta: Option<&Meta>,
+        replace: bool,
+        sources: &std::collections::HashMap<Vec<u8>, OwnedFd>,
+    ) -> Result<(), String> {
+        self.tmp_counter += 1;
+        let tmp = format!(".agx-restore.{}.{}", std::process::id(), self.tmp_counter);
+        let fd = rustix::fs::openat(
+            parent,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| std::io::Error::from(e).to_string())?;
+        let cleanup = |e: String| {
+            let _ = rustix::fs::unlinkat(parent, tmp.as_str(), AtFlags::empty());
+            e
+        };
+        let mut f = std::fs::File::from(fd);
+        let hash = match content {
+            Content::Hash(h) => {
+                let data = self.store.get(h).map_err(|e| cleanup(e.to_string()))?;
+                f.write_all(&data).map_err(|e| cleanup(e.to_string()))?;
+                *h
+            }
+            Content::Live(src) => {
+                let s = sources
+                    .get(src)
+                    .ok_or_else(|| cleanup("its source vanished".into()))?;
+                let mut r = std::fs::File::from(
+                    rustix::io::dup(s).map_err(|e| cleanup(std::io::Error::from(e).to_string()))?,
+                );
+                let mut hasher = blake3::Hasher::new();
+                let mut buf = vec![0u8; 1 << 20];
+                let mut off = 0u64;
+                loop {
+                    let n = rustix::io::pread(&r, &mut buf, off)
+                        .map_err(|e| cleanup(std::io::Error::from(e).to_string()))?;
+                    if n == 0 {
+                        break;
+                    }
+                    hasher.update(&buf[..n]);
+                    f.write_all(&buf[..n]).map_err(|e| cleanup(e.to_string()))?;
+                    off += n as u64;
+                }
+                let _ = r.read(&mut []);
+                ContentHash(*hasher.finalize().as_bytes())
+            }
+        };
+        drop(f);
+        if let Some(m) = meta {
+            let tfd = rustix::fs::openat(
+                parent,
+                tmp.as_str(),
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| cleanup(std::io::Error::from(e).to_string()))?;
+            set_meta(&tfd, parent, tmp.as_bytes(), Kind::File, m)
+                .map_err(|e| cleanup(e.to_string()))?;
+        }
+        let live = if replace {
+            live::stat(self.root, path)
+        } else {
+            None
+        };
+        let t = match &live {
+            Some(obj) => self.begin(
+                Op::Write,
+                path,
+                Before::Leaving {
+                    fd: obj.fd.as_fd(),
+                    dir: parent.as_fd(),
+                    name: os(name),
+                    may_change: false,
+                },
+            ),
+            None => self.begin(Op::Create, path, Before::Absent),
+        }
+        .map_err(&cleanup)?;
+        if let Err(e) = rustix::fs::renameat(parent, tmp.as_str(), parent, os(name)) {
+            self.recorder.cancel(t);
+            return Err(cleanup(std::io::Error::from(e).to_string()));
+        }
+        let after = self.after_of(parent, name, Some(hash));
+        self.recorder.commit(t, after);
+        Ok(())
+    }
+}
+
+/// Carries out `plan` on the tree under `root`. `progress(done, total)` is called as it
+/// goes. Failures of single steps are collected, not fatal.
+pub fn apply(
+    root: &OwnedFd,
+    store: &Store,
+    recorder: &Recorder,
+    plan: &Plan,
+    why: &Why,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Report, RestoreError> {
+    // Content that comes from live files elsewhere is held open before anything changes:
+    // files are replaced by rename, so an open descriptor keeps the old content.
+    let mut sources = std::collections::HashMap::new();
+    for s in &plan.steps {
+        if let Step::Write {
+            content: Content::Live(src),
+            ..
+        } = s
+        {
+            if let Ok(fd) = open_beneath(root, src, OFlags::RDONLY | OFlags::NOFOLLOW) {
+                sources.insert(src.clone(), fd);
+            }
+        }
+    }
+    let mut ctx = Ctx {
+        root,
+        store,
+        recorder,
+        why,
+        report: Report::default(),
+        tmp_counter: 0,
+    };
+    let total = plan.steps.len();
+    for (i, s) in plan.steps.iter().enumerate() {
+        match ctx.step(s, &sources) {
+            Ok(()) => ctx.report.done += 1,
+            Err(e) => ctx.report.failed.push(err(s.path(), e)),
+        }
+        progress(i + 1, total);
+    }
+    recorder.flush();
+    Ok(ctx.report)
+}

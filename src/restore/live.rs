@@ -1,0 +1,108 @@
+//! Reading and changing the live tree by project-relative path, never following a
+//! symlink (not even inside the project) and never leaving the project: every path is
+//! resolved with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` from the root handle.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::fs::{Mode, OFlags, ResolveFlags, Stat};
+
+use crate::capture::state::{kind_of, meta_of};
+use crate::ids::ContentHash;
+use crate::timeline::{Kind, Meta};
+
+pub fn os(p: &[u8]) -> &OsStr {
+    OsStr::from_bytes(p)
+}
+
+/// Splits "a/b/c" into ("a/b", "c"); a top-level name has parent "".
+pub fn split(p: &[u8]) -> (&[u8], &[u8]) {
+    match p.iter().rposition(|c| *c == b'/') {
+        Some(i) => (&p[..i], &p[i + 1..]),
+        None => (&[], p),
+    }
+}
+
+/// Opens `rel` beneath `root` (the root itself for "").
+pub fn open_beneath(root: impl AsFd, rel: &[u8], flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    let path: &OsStr = if rel.is_empty() {
+        OsStr::new(".")
+    } else {
+        os(rel)
+    };
+    rustix::fs::openat2(
+        root,
+        path,
+        flags | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+/// A live object.
+#[derive(Debug)]
+pub struct LiveObj {
+    pub fd: OwnedFd,
+    pub stat: Stat,
+    pub kind: Kind,
+}
+
+impl LiveObj {
+    pub fn meta(&self) -> Meta {
+        meta_of(&self.fd, &self.stat)
+    }
+}
+
+/// The object at `rel`, or None when nothing is there (or the path runs through a
+/// symlink or a non-directory).
+pub fn stat(root: impl AsFd, rel: &[u8]) -> Option<LiveObj> {
+    let fd = open_beneath(root, rel, OFlags::PATH | OFlags::NOFOLLOW).ok()?;
+    let stat = rustix::fs::fstat(&fd).ok()?;
+    Some(LiveObj {
+        kind: kind_of(&stat),
+        fd,
+        stat,
+    })
+}
+
+/// Names in the live directory `rel` (without "." and "..").
+pub fn list(root: impl AsFd, rel: &[u8]) -> Vec<Vec<u8>> {
+    let Ok(fd) = open_beneath(root, rel, OFlags::RDONLY | OFlags::DIRECTORY) else {
+        return Vec::new();
+    };
+    let Ok(dir) = rustix::fs::Dir::read_from(&fd) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_bytes().to_vec())
+        .filter(|n| n != b"." && n != b"..")
+        .collect()
+}
+
+/// Every path strictly below the live directory `rel`, parents before children.
+pub fn walk(root: &OwnedFd, rel: &[u8], out: &mut Vec<Vec<u8>>) {
+    for name in list(root, rel) {
+        let p = super::model_join(rel, &name);
+        if rel.is_empty() && name == crate::fs::AGX_DIR_NAME.as_bytes() {
+            continue;
+        }
+        let is_dir = stat(root, &p).is_some_and(|o| o.kind == Kind::Dir);
+        out.push(p.clone());
+        if is_dir {
+            walk(root, &p, out);
+        }
+    }
+}
+
+/// The content hash of a live regular file.
+pub fn hash(obj: &LiveObj) -> Option<ContentHash> {
+    use std::os::fd::AsRawFd;
+    let f = rustix::fs::open(
+        format!("/proc/self/fd/{}", obj.fd.as_raw_fd()),
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    crate::capture::staging_hash(&f).ok().map(|(h, _)| h)
+}

@@ -1,0 +1,33 @@
+//! Restore: the state of the tree at a point (a reverse replay of the timeline over the
+//! live tree), plans that bring the live tree back to it, and their reversible execution.
+
+pub mod apply;
+pub mod live;
+pub mod model;
+pub mod plan;
+
+use thiserror::Error;
+
+pub use apply::{apply, Report, Why};
+pub use plan::{Content, Plan, Step};
+
+#[derive(Debug, Error)]
+pub enum RestoreError {
+    #[error(transparent)]
+    Timeline(#[from] crate::timeline::TimelineError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// "a" + "b" -> "a/b"; "" + "b" -> "b".
+pub fn model_join(a: &[u8], b: &[u8]) -> Vec<u8> {
+    if a.is_empty() {
+        return b.to_vec();
+    }
+    let mut v = a.to_vec();
+    v.push(b'/');
+    v.extend_from_slice(b);
+    v
+}
