@@ -2,6 +2,7 @@
 //! live tree), plans that bring the live tree back to it, and their reversible execution.
 
 pub mod apply;
+pub mod diff;
 pub mod live;
 pub mod model;
 pub mod plan;

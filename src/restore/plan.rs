@@ -107,16 +107,14 @@ pub struct Plan {
     _private: (),
 }
 
-/// The concrete state a path should have.
+/// The concrete state a path has at a point.
 #[derive(Clone, Debug)]
-struct Want {
-    kind: Kind,
-    content: Option<Content>,
-    target: Option<Vec<u8>>,
-    meta: Option<Meta>,
-    captured: bool,
-    #[allow(dead_code)]
-    src: Option<Vec<u8>>,
+pub struct Want {
+    pub kind: Kind,
+    pub content: Option<Content>,
+    pub target: Option<Vec<u8>>,
+    pub meta: Option<Meta>,
+    pub captured: bool,
 }
 
 fn depth(p: &[u8]) -> usize {
@@ -138,7 +136,8 @@ fn under_any(p: &[u8], only: &[Vec<u8>]) -> bool {
         })
 }
 
-fn resolve(root: &OwnedFd, e: Entry) -> Option<Want> {
+/// The concrete state behind a model entry (reading the live tree where it mirrors it).
+pub fn resolve(root: &OwnedFd, e: Entry) -> Option<Want> {
     let n = match e {
         Entry::Absent => return None,
         Entry::Node(n) => n,
@@ -166,7 +165,6 @@ fn resolve(root: &OwnedFd, e: Entry) -> Option<Want> {
                 target,
                 meta: Some(n.meta.unwrap_or(lmeta)),
                 captured: n.captured,
-                src: Some(src.clone()),
             })
         }
         None => {
@@ -177,7 +175,6 @@ fn resolve(root: &OwnedFd, e: Entry) -> Option<Want> {
                 target: n.meta.as_ref().and_then(|m| m.target.clone()),
                 meta: n.meta,
                 captured: n.captured,
-                src: None,
             })
         }
     }

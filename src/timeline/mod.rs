@@ -5,6 +5,7 @@
 //! (`body`), so adding a field needs no migration.
 
 pub mod event;
+pub mod refs;
 mod vfs;
 
 use std::os::fd::{AsFd, AsRawFd};

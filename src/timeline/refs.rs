@@ -1,0 +1,140 @@
+//! REF: the one way every command names a point in the timeline (DESIGN.md section 8).
+//!
+//! - `event:N`: the point just before event N (restoring it undoes N and all after)
+//! - `now`: the latest point
+//! - an RFC 3339 time (`2026-11-21T10:00:00Z`): the last point at or before it
+//! - a relative time (`30s`, `10m`, `2h`, `3d`, `1w`): that long before now
+//!
+//! A point is a sequence number P: the tree after every event <= P.
+
+use thiserror::Error;
+
+use super::{Timeline, TimelineError};
+use crate::ids::Seq;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ref {
+    Event(i64),
+    Now,
+    /// Nanoseconds since the epoch.
+    Time(i64),
+    /// Nanoseconds before now.
+    Ago(i64),
+}
+
+#[derive(Debug, Error)]
+pub enum RefError {
+    #[error("'{0}' is not a REF (use event:N, now, an RFC 3339 time, or a relative time like 10m, 2h, 3d)")]
+    Malformed(String),
+    #[error("no event {0} in the timeline")]
+    UnknownEvent(i64),
+    #[error("'{0}' is in the future")]
+    Future(String),
+    #[error(transparent)]
+    Timeline(#[from] TimelineError),
+}
+
+fn relative(s: &str) -> Option<i64> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
+    let n: i64 = num.parse().ok()?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        "w" => 7 * 86400,
+        _ => return None,
+    };
+    n.checked_mul(secs)?.checked_mul(1_000_000_000)
+}
+
+impl Ref {
+    pub fn parse(s: &str) -> Result<Ref, RefError> {
+        let bad = || RefError::Malformed(s.to_string());
+        if s == "now" {
+            return Ok(Ref::Now);
+        }
+        if let Some(n) = s.strip_prefix("event:") {
+            let n: i64 = n.parse().map_err(|_| bad())?;
+            if n < 1 {
+                return Err(bad());
+            }
+            return Ok(Ref::Event(n));
+        }
+        if let Some(ns) = relative(s) {
+            return Ok(Ref::Ago(ns));
+        }
+        if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+            return t.timestamp_nanos_opt().map(Ref::Time).ok_or_else(bad);
+        }
+        Err(bad())
+    }
+
+    /// The point this REF names in `timeline`, with `now_ns` as the current time.
+    pub fn resolve(&self, timeline: &Timeline, now_ns: i64, text: &str) -> Result<Seq, RefError> {
+        match self {
+            Ref::Now => Ok(timeline.max_seq()?),
+            Ref::Event(n) => {
+                if timeline.get(Seq(*n))?.is_none() {
+                    return Err(RefError::UnknownEvent(*n));
+                }
+                Ok(Seq(n - 1))
+            }
+            Ref::Time(t) => {
+                if *t > now_ns {
+                    return Err(RefError::Future(text.to_string()));
+                }
+                Ok(timeline.seq_at_time(*t)?)
+            }
+            Ref::Ago(d) => Ok(timeline.seq_at_time(now_ns - d)?),
+        }
+    }
+}
+
+/// Parses and resolves a REF in one step.
+pub fn resolve(text: &str, timeline: &Timeline) -> Result<Seq, RefError> {
+    Ref::parse(text)?.resolve(timeline, crate::capture::recorder::now_ns(), text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_form() {
+        assert_eq!(Ref::parse("now").unwrap(), Ref::Now);
+        assert_eq!(Ref::parse("event:42").unwrap(), Ref::Event(42));
+        assert_eq!(Ref::parse("10m").unwrap(), Ref::Ago(600_000_000_000));
+        assert_eq!(
+            Ref::parse("3d").unwrap(),
+            Ref::Ago(3 * 86400 * 1_000_000_000)
+        );
+        assert!(matches!(
+            Ref::parse("2026-11-21T10:00:00Z").unwrap(),
+            Ref::Time(_)
+        ));
+        assert!(matches!(
+            Ref::parse("2026-11-21T10:00:00.5+02:00").unwrap(),
+            Ref::Time(_)
+        ));
+    }
+
+    #[test]
+    fn refuses_malformed() {
+        for s in [
+            "",
+            "event:",
+            "event:x",
+            "event:0",
+            "event:-1",
+            "10",
+            "10y",
+            "m",
+            "yesterday",
+            "2026-13-01T00:00:00Z",
+            "now!",
+        ] {
+            assert!(matches!(Ref::parse(s), Err(RefError::Malformed(_))), "{s}");
+        }
+    }
+}
