@@ -5,6 +5,11 @@
 //! keyed by the canonical project path, never inside the project (the daemon must not go
 //! through its own mount).
 
+pub mod client;
+pub mod engine;
+pub mod proto;
+pub mod server;
+
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -73,6 +78,7 @@ pub fn project_key(project: &Path) -> String {
 pub struct RuntimePaths {
     pub state: PathBuf,
     pub log: PathBuf,
+    pub socket: PathBuf,
 }
 
 pub fn paths(project: &Path) -> Result<RuntimePaths, RuntimeError> {
@@ -81,6 +87,7 @@ pub fn paths(project: &Path) -> Result<RuntimePaths, RuntimeError> {
     Ok(RuntimePaths {
         state: dir.join(format!("{key}.json")),
         log: dir.join(format!("{key}.log")),
+        socket: dir.join(format!("{key}.sock")),
     })
 }
 

@@ -1,0 +1,277 @@
+//! The engine behind the history commands (log, show, diff, restore): the same code runs
+//! in the daemon (for a mounted project, asked over the control socket) and in the CLI
+//! (for a project that is not mounted, opening `.agx/` directly).
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::{FlockOperation, Mode, OFlags};
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::capture::config::Config;
+use crate::capture::{CaptureError, Recorder};
+use crate::ids::Seq;
+use crate::restore::diff::FileDiff;
+use crate::restore::model::Model;
+use crate::restore::plan::{resolve, Content};
+use crate::restore::{Plan, Report, RestoreError, Why};
+use crate::store::Store;
+use crate::timeline::refs::{self, RefError};
+use crate::timeline::{Actor, Event, Filter, Kind, Timeline, TimelineError};
+
+#[derive(Debug, Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Ref(#[from] RefError),
+    #[error(transparent)]
+    Timeline(#[from] TimelineError),
+    #[error(transparent)]
+    Restore(#[from] RestoreError),
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("{0}: no agx history here (mount it with `agx mount` first)")]
+    NoHistory(String),
+    #[error("{0} is in use by another agx process (a daemon or a running command)")]
+    Locked(String),
+    #[error("{path} did not exist at {at}")]
+    Absent { path: String, at: String },
+    #[error("{path} is a directory at {at}")]
+    IsDir { path: String, at: String },
+    #[error("{path}: its content at {at} was not kept ({why})")]
+    NotKept { path: String, at: String, why: String },
+    #[error(".agx/config.toml: {0}")]
+    Config(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EngineError {
+    let what = what.into();
+    move |source| EngineError::Io { what, source }
+}
+
+/// Reads `.agx/config.toml` through the `.agx` descriptor (defaults when absent).
+pub fn read_config(agx: impl AsFd) -> Result<Config, EngineError> {
+    match rustix::fs::openat(agx, "config.toml", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut s)
+                .map_err(io("reading .agx/config.toml"))?;
+            Config::parse(&s).map_err(|e| EngineError::Config(e.to_string()))
+        }
+        Err(rustix::io::Errno::NOENT) => Ok(Config::default()),
+        Err(e) => Err(io("opening .agx/config.toml")(e.into())),
+    }
+}
+
+type RestoreHook = Box<dyn Fn(&[Vec<u8>]) + Send + Sync>;
+
+pub struct Engine {
+    pub root: OwnedFd,
+    pub agx: OwnedFd,
+    pub store: Store,
+    timeline: Mutex<Timeline>,
+    pub recorder: Arc<Recorder>,
+    on_restore: Mutex<Option<RestoreHook>>,
+    /// Holds the project's lock (`.agx/lock`) for as long as the engine lives.
+    _lock: OwnedFd,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub events: i64,
+    pub last_event: i64,
+    pub store_bytes: u64,
+}
+
+impl Engine {
+    /// Opens capture and history for the project whose root (an `O_PATH` descriptor
+    /// taken before any mount) is `root`, creating `.agx/` if needed. Takes the project's
+    /// lock: only one engine (daemon or command) at a time.
+    pub fn open(root: OwnedFd, label: &str) -> Result<Engine, EngineError> {
+        match rustix::fs::mkdirat(&root, crate::fs::AGX_DIR_NAME, Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(io(format!("creating {label}/.agx"))(e.into())),
+        }
+        let agx = rustix::fs::openat(
+            &root,
+            crate::fs::AGX_DIR_NAME,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io(format!("opening {label}/.agx"))(e.into()))?;
+        let lock = rustix::fs::openat(
+            &agx,
+            "lock",
+            OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| io("opening .agx/lock")(e.into()))?;
+        if rustix::fs::flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
+            return Err(EngineError::Locked(label.to_string()));
+        }
+        let cfg = read_config(&agx)?;
+        let fsync = cfg.capture.fsync == crate::capture::config::Fsync::Always;
+        let store = Store::open(&agx, fsync)?;
+        let rec_timeline = Timeline::open_in(&agx)?;
+        let query = Timeline::open_in(&agx)?;
+        let rec_root = rustix::io::dup(&root).map_err(|e| io("dup")(e.into()))?;
+        let recorder = Recorder::open(rec_root, &agx, cfg.capture, rec_timeline)?;
+        Ok(Engine {
+            root,
+            agx,
+            store,
+            timeline: Mutex::new(query),
+            recorder: Arc::new(recorder),
+            on_restore: Mutex::new(None),
+            _lock: lock,
+        })
+    }
+
+    /// Opens the engine of a project that is not mounted, by its path.
+    pub fn open_path(project: &Path) -> Result<Engine, EngineError> {
+        if !project.join(crate::fs::AGX_DIR_NAME).join("timeline.db").exists() {
+            return Err(EngineError::NoHistory(project.display().to_string()));
+        }
+        let root = rustix::fs::open(
+            project,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io(project.display().to_string())(e.into()))?;
+        Self::open(root, &project.display().to_string())
+    }
+
+    fn tl(&self) -> std::sync::MutexGuard<'_, Timeline> {
+        self.timeline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn point(&self, r: &str) -> Result<Seq, EngineError> {
+        self.recorder.flush();
+        Ok(refs::resolve(r, &self.tl())?)
+    }
+
+    pub fn log(&self, path: Option<Vec<u8>>, since: Option<&str>, limit: Option<usize>) -> Result<Vec<Event>, EngineError> {
+        self.recorder.flush();
+        let after = since.map(|s| self.point(s)).transpose()?;
+        Ok(self.tl().log(&Filter { path, after, limit })?)
+    }
+
+    pub fn summary(&self) -> Result<Summary, EngineError> {
+        self.recorder.flush();
+        let tl = self.tl();
+        Ok(Summary {
+            events: tl.count()?,
+            last_event: tl.max_seq()?.0,
+            store_bytes: self.store.disk_usage(),
+        })
+    }
+
+    /// The bytes of `path` at `r` (a symlink: its target).
+    pub fn show(&self, r: &str, path: &[u8]) -> Result<Vec<u8>, EngineError> {
+        let point = self.point(r)?;
+        let events = self.tl().events_after(point)?;
+        let mut m = Model::new();
+        m.undo_all(events.iter());
+        let name = String::from_utf8_lossy(path).into_owned();
+        let want = resolve(&self.root, m.lookup(path)).ok_or_else(|| EngineError::Absent {
+            path: name.clone(),
+            at: r.to_string(),
+        })?;
+        match want.kind {
+            Kind::Dir => Err(EngineError::IsDir {
+                path: name,
+                at: r.to_string(),
+            }),
+            Kind::Symlink => Ok(want.target.unwrap_or_default()),
+            _ => match want.content {
+                Some(Content::Hash(h)) => {
+                    if !want.captured {
+                        return Err(EngineError::NotKept {
+                            path: name,
+                            at: r.to_string(),
+                            why: "it was larger than the capture limit".into(),
+                        });
+                    }
+                    Ok(self.store.get(&h)?)
+                }
+                Some(Content::Live(src)) => {
+                    let fd = crate::restore::live::open_beneath(&self.root, &src, OFlags::RDONLY | OFlags::NOFOLLOW)
+                        .map_err(|e| io(name.clone())(e.into()))?;
+                    let mut v = Vec::new();
+                    std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut v).map_err(io(name))?;
+                    Ok(v)
+                }
+                None => Err(EngineError::NotKept {
+                    path: name,
+                    at: r.to_string(),
+                    why: "no before-image was recorded".into(),
+                }),
+            },
+        }
+    }
+
+    pub fn diff(&self, from: Option<&str>, to: Option<&str>, paths: &[Vec<u8>]) -> Result<Vec<FileDiff>, EngineError> {
+        self.recorder.flush();
+        let from = match from {
+            Some(f) => self.point(f)?,
+            None => self.tl().last_mount_point()?.unwrap_or(Seq(0)),
+        };
+        let to = to.map(|t| self.point(t)).transpose()?;
+        let tl = self.tl();
+        Ok(crate::restore::diff::diff(&self.root, &tl, &self.store, from, to, paths)?)
+    }
+
+    pub fn plan(&self, r: &str, paths: &[Vec<u8>]) -> Result<Plan, EngineError> {
+        let point = self.point(r)?;
+        let tl = self.tl();
+        Ok(Plan::compute(&self.root, &tl, point, paths)?)
+    }
+
+    pub fn restore(
+        &self,
+        r: &str,
+        paths: &[Vec<u8>],
+        reason: Option<&str>,
+        actor: Actor,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<(Plan, Report), EngineError> {
+        let plan = self.plan(r, paths)?;
+        let note = match reason {
+            Some(x) => format!("restore to {r}: {x}"),
+            None => format!("restore to {r}"),
+        };
+        let why = Why { actor, note };
+        let report = crate::restore::apply(&self.root, &self.store, &self.recorder, &plan, &why, progress)?;
+        Ok((plan, report))
+    }
+
+    /// Called after a restore: the daemon hooks kernel cache invalidation here.
+    pub fn after_restore(&self, report: &Report) {
+        if let Some(hook) = self.on_restore.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            hook(&report.touched);
+        }
+    }
+
+    /// Sets what `after_restore` does with the paths a restore touched.
+    pub fn set_restore_hook(&self, hook: RestoreHook) {
+        *self.on_restore.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
+    }
+
+    /// Records the start of a mount (the default FROM of `diff`).
+    pub fn record_mount(&self) -> Result<(), EngineError> {
+        self.recorder.flush();
+        let mut tl = self.tl();
+        let last = tl.max_seq()?;
+        tl.record_mount(crate::capture::recorder::now_ns(), last, std::process::id())?;
+        Ok(())
+    }
+}

@@ -1,0 +1,55 @@
+//! The control protocol between the CLI and a mounted daemon: one request per connection,
+//! one JSON line each way (a restore also sends progress lines before its result).
+//! Paths travel as hex of their bytes, so any file name survives.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "lowercase")]
+pub enum Request {
+    Flush,
+    Summary,
+    Log {
+        path: Option<String>,
+        since: Option<String>,
+        limit: Option<usize>,
+    },
+    Show {
+        at: String,
+        path: String,
+    },
+    Diff {
+        from: Option<String>,
+        to: Option<String>,
+        paths: Vec<String>,
+    },
+    Plan {
+        at: String,
+        paths: Vec<String>,
+    },
+    Restore {
+        at: String,
+        paths: Vec<String>,
+        reason: Option<String>,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Reply {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+    /// (done, total) for long operations; a reply with progress is not the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<(usize, usize)>,
+}
+
+pub fn hex(p: &[u8]) -> String {
+    crate::timeline::event::to_hex(p)
+}
+
+pub fn unhex(s: &str) -> Result<Vec<u8>, String> {
+    crate::timeline::event::from_hex(s).ok_or_else(|| format!("bad path encoding: {s}"))
+}
