@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
+mod history;
+
 use crate::mount::{self, MountRequest};
 
 #[derive(Debug, Parser)]
@@ -49,6 +51,51 @@ pub enum Cmd {
     },
     /// Whether the project is mounted, by which daemon, since when, in which mode.
     Status,
+    /// Recorded changes, newest first.
+    Log {
+        /// Only changes to this path (or below it).
+        #[arg(long)]
+        path: Option<PathBuf>,
+        /// Only changes after this REF.
+        #[arg(long, value_name = "REF")]
+        since: Option<String>,
+        /// At most N changes.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+    /// A file's bytes at REF, on stdout.
+    Show {
+        #[arg(value_name = "REF")]
+        at: String,
+        path: PathBuf,
+    },
+    /// Differences between two points (FROM: the mount's start; TO: now).
+    Diff {
+        /// FROM and TO.
+        #[arg(value_name = "REF", num_args = 0..=2)]
+        refs: Vec<String>,
+        /// Limit to these paths (after --).
+        #[arg(last = true)]
+        paths: Vec<PathBuf>,
+        /// Only a summary of changed files and lines.
+        #[arg(long)]
+        stat: bool,
+    },
+    /// Bring the tree (or PATHS) back to REF; the restore itself can be undone.
+    Restore {
+        #[arg(value_name = "REF")]
+        at: String,
+        paths: Vec<PathBuf>,
+        /// Show the plan and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Why (recorded with the restore's events).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
 }
 
 /// The project a command is about: -C, else the nearest ancestor of the current
@@ -68,6 +115,43 @@ fn project_dir(cli_dir: Option<&Path>) -> PathBuf {
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
+        Cmd::Log { path, since, limit } => {
+            crate::logging::init(log::LevelFilter::Warn);
+            let dir = project_dir(cli.dir.as_deref());
+            history::log(&dir, path.as_deref(), since.as_deref(), limit, cli.json)
+        }
+        Cmd::Show { at, path } => {
+            crate::logging::init(log::LevelFilter::Warn);
+            history::show(&project_dir(cli.dir.as_deref()), &at, &path)
+        }
+        Cmd::Diff { refs, paths, stat } => {
+            crate::logging::init(log::LevelFilter::Warn);
+            history::diff(
+                &project_dir(cli.dir.as_deref()),
+                &refs,
+                &paths,
+                stat,
+                cli.json,
+            )
+        }
+        Cmd::Restore {
+            at,
+            paths,
+            dry_run,
+            yes,
+            reason,
+        } => {
+            crate::logging::init(log::LevelFilter::Warn);
+            history::restore(
+                &project_dir(cli.dir.as_deref()),
+                &at,
+                &paths,
+                dry_run,
+                yes,
+                reason.as_deref(),
+                cli.json,
+            )
+        }
         Cmd::Mount {
             dir,
             at,

@@ -16,7 +16,8 @@ pub fn call(
         .map_err(|e| format!("cannot reach the agx daemon at {}: {e}", socket.display()))?;
     let mut line = serde_json::to_vec(req).map_err(|e| e.to_string())?;
     line.push(b'\n');
-    s.write_all(&line).map_err(|e| format!("talking to the daemon: {e}"))?;
+    s.write_all(&line)
+        .map_err(|e| format!("talking to the daemon: {e}"))?;
     let mut r = BufReader::new(s);
     loop {
         let mut l = String::new();

@@ -42,7 +42,11 @@ pub enum EngineError {
     #[error("{path} is a directory at {at}")]
     IsDir { path: String, at: String },
     #[error("{path}: its content at {at} was not kept ({why})")]
-    NotKept { path: String, at: String, why: String },
+    NotKept {
+        path: String,
+        at: String,
+        why: String,
+    },
     #[error(".agx/config.toml: {0}")]
     Config(String),
     #[error("{what}: {source}")]
@@ -60,7 +64,12 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EngineError {
 
 /// Reads `.agx/config.toml` through the `.agx` descriptor (defaults when absent).
 pub fn read_config(agx: impl AsFd) -> Result<Config, EngineError> {
-    match rustix::fs::openat(agx, "config.toml", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+    match rustix::fs::openat(
+        agx,
+        "config.toml",
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
         Ok(fd) => {
             let mut s = String::new();
             std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut s)
@@ -138,7 +147,11 @@ impl Engine {
 
     /// Opens the engine of a project that is not mounted, by its path.
     pub fn open_path(project: &Path) -> Result<Engine, EngineError> {
-        if !project.join(crate::fs::AGX_DIR_NAME).join("timeline.db").exists() {
+        if !project
+            .join(crate::fs::AGX_DIR_NAME)
+            .join("timeline.db")
+            .exists()
+        {
             return Err(EngineError::NoHistory(project.display().to_string()));
         }
         let root = rustix::fs::open(
@@ -159,7 +172,12 @@ impl Engine {
         Ok(refs::resolve(r, &self.tl())?)
     }
 
-    pub fn log(&self, path: Option<Vec<u8>>, since: Option<&str>, limit: Option<usize>) -> Result<Vec<Event>, EngineError> {
+    pub fn log(
+        &self,
+        path: Option<Vec<u8>>,
+        since: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<Vec<Event>, EngineError> {
         self.recorder.flush();
         let after = since.map(|s| self.point(s)).transpose()?;
         Ok(self.tl().log(&Filter { path, after, limit })?)
@@ -204,10 +222,15 @@ impl Engine {
                     Ok(self.store.get(&h)?)
                 }
                 Some(Content::Live(src)) => {
-                    let fd = crate::restore::live::open_beneath(&self.root, &src, OFlags::RDONLY | OFlags::NOFOLLOW)
-                        .map_err(|e| io(name.clone())(e.into()))?;
+                    let fd = crate::restore::live::open_beneath(
+                        &self.root,
+                        &src,
+                        OFlags::RDONLY | OFlags::NOFOLLOW,
+                    )
+                    .map_err(|e| io(name.clone())(e.into()))?;
                     let mut v = Vec::new();
-                    std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut v).map_err(io(name))?;
+                    std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut v)
+                        .map_err(io(name))?;
                     Ok(v)
                 }
                 None => Err(EngineError::NotKept {
@@ -219,7 +242,12 @@ impl Engine {
         }
     }
 
-    pub fn diff(&self, from: Option<&str>, to: Option<&str>, paths: &[Vec<u8>]) -> Result<Vec<FileDiff>, EngineError> {
+    pub fn diff(
+        &self,
+        from: Option<&str>,
+        to: Option<&str>,
+        paths: &[Vec<u8>],
+    ) -> Result<Vec<FileDiff>, EngineError> {
         self.recorder.flush();
         let from = match from {
             Some(f) => self.point(f)?,
@@ -227,7 +255,14 @@ impl Engine {
         };
         let to = to.map(|t| self.point(t)).transpose()?;
         let tl = self.tl();
-        Ok(crate::restore::diff::diff(&self.root, &tl, &self.store, from, to, paths)?)
+        Ok(crate::restore::diff::diff(
+            &self.root,
+            &tl,
+            &self.store,
+            from,
+            to,
+            paths,
+        )?)
     }
 
     pub fn plan(&self, r: &str, paths: &[Vec<u8>]) -> Result<Plan, EngineError> {
@@ -250,13 +285,25 @@ impl Engine {
             None => format!("restore to {r}"),
         };
         let why = Why { actor, note };
-        let report = crate::restore::apply(&self.root, &self.store, &self.recorder, &plan, &why, progress)?;
+        let report = crate::restore::apply(
+            &self.root,
+            &self.store,
+            &self.recorder,
+            &plan,
+            &why,
+            progress,
+        )?;
         Ok((plan, report))
     }
 
     /// Called after a restore: the daemon hooks kernel cache invalidation here.
     pub fn after_restore(&self, report: &Report) {
-        if let Some(hook) = self.on_restore.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(hook) = self
+            .on_restore
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
             hook(&report.touched);
         }
     }

@@ -74,7 +74,10 @@ fn serve(mut conn: UnixStream, engine: &Engine, attrib: &Attributor) {
     let peer = match cred {
         Ok(c) if c.uid.as_raw() == me || c.uid.is_root() => c,
         _ => {
-            let _ = send(&mut conn, &fail("permission denied: not the daemon's user".into()));
+            let _ = send(
+                &mut conn,
+                &fail("permission denied: not the daemon's user".into()),
+            );
             return;
         }
     };
@@ -99,7 +102,12 @@ fn paths(v: &[String]) -> Result<Vec<Vec<u8>>, String> {
     v.iter().map(|p| unhex(p)).collect()
 }
 
-fn handle(req: Request, engine: &Engine, actor: crate::timeline::Actor, conn: &mut UnixStream) -> Reply {
+fn handle(
+    req: Request,
+    engine: &Engine,
+    actor: crate::timeline::Actor,
+    conn: &mut UnixStream,
+) -> Reply {
     let r: Result<serde_json::Value, String> = (|| match req {
         Request::Flush => {
             engine.recorder.flush();
@@ -117,10 +125,16 @@ fn handle(req: Request, engine: &Engine, actor: crate::timeline::Actor, conn: &m
             Ok(serde_json::to_value(events).unwrap_or_default())
         }
         Request::Show { at, path } => {
-            let bytes = engine.show(&at, &unhex(&path)?).map_err(|e| e.to_string())?;
+            let bytes = engine
+                .show(&at, &unhex(&path)?)
+                .map_err(|e| e.to_string())?;
             Ok(serde_json::Value::String(super::proto::hex(&bytes)))
         }
-        Request::Diff { from, to, paths: ps } => {
+        Request::Diff {
+            from,
+            to,
+            paths: ps,
+        } => {
             let d = engine
                 .diff(from.as_deref(), to.as_deref(), &paths(&ps)?)
                 .map_err(|e| e.to_string())?;
@@ -130,7 +144,11 @@ fn handle(req: Request, engine: &Engine, actor: crate::timeline::Actor, conn: &m
             let p = engine.plan(&at, &paths(&ps)?).map_err(|e| e.to_string())?;
             Ok(serde_json::to_value(p).unwrap_or_default())
         }
-        Request::Restore { at, paths: ps, reason } => {
+        Request::Restore {
+            at,
+            paths: ps,
+            reason,
+        } => {
             let mut progress = |d: usize, t: usize| {
                 if t > 200 && (d % 100 == 0 || d == t) {
                     let _ = send(

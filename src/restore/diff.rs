@@ -6,7 +6,7 @@ use std::io::Read;
 use std::os::fd::OwnedFd;
 
 use rustix::fs::OFlags;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::live;
 use super::model::Model;
@@ -16,7 +16,7 @@ use crate::ids::{ContentHash, Seq};
 use crate::store::Store;
 use crate::timeline::{Kind, Timeline};
 
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Change {
     Added,
@@ -27,7 +27,7 @@ pub enum Change {
     Mode,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FileDiff {
     pub path: String,
     /// For a rename: the new path (`path` is the old one).

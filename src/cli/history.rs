@@ -1,0 +1,501 @@
+//! The history commands: log, show, diff, restore. A mounted project is asked through its
+//! daemon; one that is not mounted is read (and restored) directly.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{anyhow, bail, Result};
+
+use crate::control::engine::Engine;
+use crate::control::proto::{hex, unhex, Request};
+use crate::control::{self, client};
+use crate::restore::diff::{Change, FileDiff};
+use crate::restore::Report;
+use crate::timeline::Event;
+
+pub enum Backend {
+    Local(Box<Engine>),
+    Remote(PathBuf),
+}
+
+pub struct Project {
+    pub root: PathBuf,
+    pub mountpoint: Option<PathBuf>,
+    pub backend: Backend,
+}
+
+impl Project {
+    pub fn open(dir: &Path) -> Result<Project> {
+        let root = crate::mount::resolve_dir(dir)?;
+        if let Some(st) = crate::mount::live_state(&root) {
+            let paths = control::paths(&st.project)?;
+            return Ok(Project {
+                root: st.project,
+                mountpoint: Some(st.mountpoint),
+                backend: Backend::Remote(paths.socket),
+            });
+        }
+        let engine = Engine::open_path(&root)?;
+        Ok(Project {
+            root,
+            mountpoint: None,
+            backend: Backend::Local(Box::new(engine)),
+        })
+    }
+
+    fn call(
+        &self,
+        req: Request,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<serde_json::Value> {
+        match &self.backend {
+            Backend::Remote(sock) => client::call(sock, &req, progress).map_err(|e| anyhow!(e)),
+            Backend::Local(_) => unreachable!("local requests are served directly"),
+        }
+    }
+
+    /// A path given on the command line, relative to the project root.
+    pub fn rel(&self, p: &Path) -> Result<Vec<u8>> {
+        use std::os::unix::ffi::OsStrExt;
+        let abs = if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            std::env::current_dir()?.join(p)
+        };
+        let mut norm = PathBuf::new();
+        for c in abs.components() {
+            match c {
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    norm.pop();
+                }
+                c => norm.push(c),
+            }
+        }
+        for base in std::iter::once(&self.root).chain(self.mountpoint.iter()) {
+            if let Ok(r) = norm.strip_prefix(base) {
+                return Ok(r.as_os_str().as_bytes().to_vec());
+            }
+        }
+        bail!(
+            "{} is outside the project {}",
+            p.display(),
+            self.root.display()
+        )
+    }
+}
+
+fn fmt_time(ns: i64) -> String {
+    use chrono::{Local, TimeZone};
+    Local
+        .timestamp_nanos(ns)
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string()
+}
+
+pub fn rfc3339(ns: i64) -> String {
+    chrono::DateTime::from_timestamp_nanos(ns).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn size(n: i64) -> String {
+    let a = n.unsigned_abs() as f64;
+    let s = if a < 1024.0 {
+        format!("{} B", n.unsigned_abs())
+    } else if a < 1024.0 * 1024.0 {
+        format!("{:.1} KiB", a / 1024.0)
+    } else {
+        format!("{:.1} MiB", a / 1024.0 / 1024.0)
+    };
+    if n < 0 {
+        format!("-{s}")
+    } else {
+        format!("+{s}")
+    }
+}
+
+/// The JSON form of an event in `agx log --json` (stable field names).
+pub fn event_json(e: &Event) -> serde_json::Value {
+    serde_json::json!({
+        "seq": e.seq.0,
+        "time": rfc3339(e.time_ns),
+        "op": e.op.as_str(),
+        "path": e.path_str(),
+        "to_path": e.to_path_str(),
+        "session": e.session,
+        "pid": e.actor.pid,
+        "process": e.actor.process,
+        "exe": e.actor.exe,
+        "before": e.before.hash.map(|h| h.to_hex()),
+        "after": e.after.hash.map(|h| h.to_hex()),
+        "before_kind": e.before.kind,
+        "after_kind": e.after.kind,
+        "size_before": e.before.size(),
+        "size_after": e.after.size(),
+        "captured": e.captured,
+        "note": e.note,
+    })
+}
+
+pub fn log(
+    dir: &Path,
+    path: Option<&Path>,
+    since: Option<&str>,
+    limit: Option<usize>,
+    json: bool,
+) -> Result<()> {
+    let p = Project::open(dir)?;
+    let rel = path.map(|x| p.rel(x)).transpose()?;
+    let events: Vec<Event> = match &p.backend {
+        Backend::Local(e) => e.log(rel, since, limit)?,
+        Backend::Remote(_) => serde_json::from_value(p.call(
+            Request::Log {
+                path: rel.map(|r| hex(&r)),
+                since: since.map(String::from),
+                limit,
+            },
+            &mut |_, _| {},
+        )?)?,
+    };
+    let mut out = std::io::stdout().lock();
+    if json {
+        let v: Vec<_> = events.iter().map(event_json).collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(());
+    }
+    for e in &events {
+        let paths = match e.to_path_str() {
+            Some(t) => format!("{} -> {}", e.path_str(), t),
+            None => e.path_str(),
+        };
+        let change = match (e.before.size(), e.after.size()) {
+            (Some(a), Some(b)) if a != b => size(b as i64 - a as i64),
+            (None, Some(b)) if b > 0 => size(b as i64),
+            (Some(a), None) if a > 0 && e.after.kind == crate::timeline::Kind::Absent => {
+                size(-(a as i64))
+            }
+            _ => String::new(),
+        };
+        let mut extra = String::new();
+        if !e.captured {
+            extra.push_str("  [too large: hashes only, no before-image]");
+        }
+        if let Some(n) = &e.note {
+            extra.push_str(&format!("  [{n}]"));
+        }
+        writeln!(
+            out,
+            "{:>6}  {}  {:<8} {}  {}[{}]  {}{}",
+            e.seq.0,
+            fmt_time(e.time_ns),
+            e.op.as_str(),
+            paths,
+            if e.actor.process.is_empty() {
+                "?"
+            } else {
+                &e.actor.process
+            },
+            e.actor.pid,
+            change,
+            extra
+        )?;
+    }
+    Ok(())
+}
+
+pub fn show(dir: &Path, at: &str, path: &Path) -> Result<()> {
+    let p = Project::open(dir)?;
+    let rel = p.rel(path)?;
+    let bytes = match &p.backend {
+        Backend::Local(e) => e.show(at, &rel)?,
+        Backend::Remote(_) => {
+            let v = p.call(
+                Request::Show {
+                    at: at.to_string(),
+                    path: hex(&rel),
+                },
+                &mut |_, _| {},
+            )?;
+            unhex(v.as_str().unwrap_or_default()).map_err(|e| anyhow!(e))?
+        }
+    };
+    std::io::stdout().lock().write_all(&bytes)?;
+    Ok(())
+}
+
+fn colour(line: &str, tty: bool) -> String {
+    if !tty {
+        return line.to_string();
+    }
+    if line.starts_with("+++") || line.starts_with("---") {
+        format!("\x1b[1m{line}\x1b[0m")
+    } else if line.starts_with('+') {
+        format!("\x1b[32m{line}\x1b[0m")
+    } else if line.starts_with('-') {
+        format!("\x1b[31m{line}\x1b[0m")
+    } else if line.starts_with("@@") {
+        format!("\x1b[36m{line}\x1b[0m")
+    } else {
+        line.to_string()
+    }
+}
+
+pub fn diff(dir: &Path, refs: &[String], paths: &[PathBuf], stat: bool, json: bool) -> Result<()> {
+    if refs.len() > 2 {
+        bail!("diff takes at most two REFs (FROM and TO); put paths after --");
+    }
+    let p = Project::open(dir)?;
+    let rels: Vec<Vec<u8>> = paths.iter().map(|x| p.rel(x)).collect::<Result<_>>()?;
+    let from = refs.first().map(String::as_str);
+    let to = refs.get(1).map(String::as_str);
+    let diffs: Vec<FileDiff> = match &p.backend {
+        Backend::Local(e) => e.diff(from, to, &rels)?,
+        Backend::Remote(_) => serde_json::from_value(p.call(
+            Request::Diff {
+                from: from.map(String::from),
+                to: to.map(String::from),
+                paths: rels.iter().map(|r| hex(r)).collect(),
+            },
+            &mut |_, _| {},
+        )?)?,
+    };
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&diffs)?)?;
+        return Ok(());
+    }
+    let tty = std::io::stdout().is_terminal();
+    if stat {
+        let (mut add, mut del) = (0, 0);
+        for d in &diffs {
+            let name = match &d.to_path {
+                Some(t) => format!("{} => {}", d.path, t),
+                None => d.path.clone(),
+            };
+            let bar = if d.binary {
+                "Bin".to_string()
+            } else {
+                format!(
+                    "{} {}{}",
+                    d.added + d.removed,
+                    "+".repeat(d.added.min(30)),
+                    "-".repeat(d.removed.min(30))
+                )
+            };
+            writeln!(out, " {name} | {bar}")?;
+            add += d.added;
+            del += d.removed;
+        }
+        writeln!(
+            out,
+            " {} file{} changed, {add} insertion{}(+), {del} deletion{}(-)",
+            diffs.len(),
+            if diffs.len() == 1 { "" } else { "s" },
+            if add == 1 { "" } else { "s" },
+            if del == 1 { "" } else { "s" }
+        )?;
+        return Ok(());
+    }
+    for d in &diffs {
+        let new = d.to_path.as_deref().unwrap_or(&d.path);
+        writeln!(
+            out,
+            "{}",
+            colour(&format!("diff --agx a/{} b/{}", d.path, new), tty)
+        )?;
+        match d.change {
+            Change::Renamed => {
+                writeln!(out, "rename from {}\nrename to {}", d.path, new)?;
+            }
+            Change::Added => {
+                if let Some(m) = d.new_mode {
+                    writeln!(out, "new file mode {:o}", m)?;
+                }
+            }
+            Change::Deleted => {
+                if let Some(m) = d.old_mode {
+                    writeln!(out, "deleted file mode {:o}", m)?;
+                }
+            }
+            Change::Mode | Change::Modified => {
+                if d.old_mode != d.new_mode {
+                    if let (Some(a), Some(b)) = (d.old_mode, d.new_mode) {
+                        writeln!(out, "old mode {:o}\nnew mode {:o}", a, b)?;
+                    }
+                }
+            }
+        }
+        if d.binary {
+            writeln!(out, "Binary files a/{} and b/{} differ", d.path, new)?;
+        } else {
+            for l in d.text.lines() {
+                writeln!(out, "{}", colour(l, tty))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn progress_printer() -> impl FnMut(usize, usize) {
+    let tty = std::io::stderr().is_terminal();
+    move |d, t| {
+        if t > 200 && (d % 100 == 0 || d == t) {
+            if tty {
+                eprint!("\rrestoring: {d}/{t}");
+                if d == t {
+                    eprintln!();
+                }
+            } else {
+                eprintln!("restoring: {d}/{t}");
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn restore(
+    dir: &Path,
+    at: &str,
+    paths: &[PathBuf],
+    dry_run: bool,
+    yes: bool,
+    reason: Option<&str>,
+    json: bool,
+) -> Result<()> {
+    let p = Project::open(dir)?;
+    let rels: Vec<Vec<u8>> = paths.iter().map(|x| p.rel(x)).collect::<Result<_>>()?;
+    let plan_json = match &p.backend {
+        Backend::Local(e) => serde_json::to_value(e.plan(at, &rels)?)?,
+        Backend::Remote(_) => p.call(
+            Request::Plan {
+                at: at.to_string(),
+                paths: rels.iter().map(|r| hex(r)).collect(),
+            },
+            &mut |_, _| {},
+        )?,
+    };
+    let steps = plan_json["steps"].as_array().map(|a| a.len()).unwrap_or(0);
+    if !json {
+        print_plan(&plan_json, at);
+    }
+    if steps == 0 {
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({ "plan": plan_json, "report": null })
+            );
+        } else {
+            eprintln!("nothing to do: the tree already matches {at}");
+        }
+        return Ok(());
+    }
+    if dry_run {
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({ "plan": plan_json, "report": null })
+            );
+        }
+        return Ok(());
+    }
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            bail!("not on a terminal: pass --yes to restore without asking (or --dry-run to see the plan)");
+        }
+        eprint!("Restore {steps} change(s) to {at}? [y/N] ");
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            bail!("restore cancelled; nothing changed");
+        }
+    }
+    let mut prog = progress_printer();
+    let report: Report = match &p.backend {
+        Backend::Local(e) => {
+            let actor = crate::attribution::Attributor::default().actor(std::process::id());
+            e.restore(at, &rels, reason, actor, &mut prog)?.1
+        }
+        Backend::Remote(_) => {
+            let v = p.call(
+                Request::Restore {
+                    at: at.to_string(),
+                    paths: rels.iter().map(|r| hex(r)).collect(),
+                    reason: reason.map(String::from),
+                },
+                &mut prog,
+            )?;
+            let r = &v["report"];
+            Report {
+                first_event: r["first_event"].as_i64().map(crate::ids::Seq),
+                done: r["done"].as_u64().unwrap_or(0) as usize,
+                failed: serde_json::from_value(r["failed"].clone()).unwrap_or_default(),
+                touched: Vec::new(),
+            }
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "plan": plan_json, "report": report })
+        );
+    } else {
+        eprintln!("restored {} change(s) to {at}", report.done);
+        if let Some(first) = report.first_event {
+            eprintln!("to undo this restore: agx restore event:{}", first.0);
+        }
+    }
+    if !report.failed.is_empty() {
+        for (p, e) in &report.failed {
+            eprintln!("agx: could not restore {p}: {e}");
+        }
+        bail!("{} change(s) failed", report.failed.len());
+    }
+    Ok(())
+}
+
+fn action(s: &serde_json::Value) -> &'static str {
+    match (
+        s["action"].as_str().unwrap_or(""),
+        s["dir"].as_bool(),
+        s["replace"].as_bool(),
+    ) {
+        ("remove", Some(true), _) => "rmdir",
+        ("remove", _, _) => "delete",
+        ("write", _, Some(true)) => "restore",
+        ("write", _, _) => "recreate",
+        ("mkdir", _, _) => "mkdir",
+        ("symlink", _, _) => "symlink",
+        ("mknod", _, _) => "mknod",
+        ("meta", _, _) => "metadata",
+        _ => "?",
+    }
+}
+
+fn print_plan(v: &serde_json::Value, at: &str) {
+    let mut err = std::io::stderr().lock();
+    let steps = v["steps"].as_array().cloned().unwrap_or_default();
+    let _ = writeln!(
+        err,
+        "restore to {at} (point {}): {} change(s)",
+        v["point"],
+        steps.len()
+    );
+    for s in steps.iter().take(200) {
+        let _ = writeln!(
+            err,
+            "  {:<9} {}",
+            action(s),
+            s["path"].as_str().unwrap_or("?")
+        );
+    }
+    if steps.len() > 200 {
+        let _ = writeln!(err, "  ... and {} more", steps.len() - 200);
+    }
+    for s in v["skipped"].as_array().cloned().unwrap_or_default() {
+        let _ = writeln!(
+            err,
+            "  cannot restore {}: {}",
+            s["path"].as_str().unwrap_or("?"),
+            s["reason"].as_str().unwrap_or("?")
+        );
+    }
+}
