@@ -17,7 +17,7 @@ pub const NAME: &str = "journal";
 #[serde(tag = "t", rename_all = "lowercase")]
 pub enum Record {
     Begin {
-        event: Event,
+        event: Box<Event>,
         /// Staging file holding the before-image of `event.path`.
         staged: Option<String>,
         /// Staging file holding the before-image of `event.to_path` (rename over a file).

@@ -298,7 +298,7 @@ impl Recorder {
             target_staged,
         };
         let rec = Record::Begin {
-            event: ticket.event.clone(),
+            event: Box::new(ticket.event.clone()),
             staged: ticket.staged.clone(),
             target_staged: ticket.target_staged.clone(),
         };

@@ -78,7 +78,7 @@ pub(super) fn recover(
                 target_staged,
             } => {
                 max = max.max(event.seq.0);
-                begins.insert(event.seq.0, (event, staged, target_staged));
+                begins.insert(event.seq.0, (*event, staged, target_staged));
             }
             Record::Commit { seq, after } => {
                 commits.insert(seq, after);

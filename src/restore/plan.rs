@@ -103,8 +103,6 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// Paths the plan cannot bring back (content never kept, protected areas).
     pub skipped: Vec<Skipped>,
-    #[serde(skip)]
-    _private: (),
 }
 
 /// The concrete state a path has at a point.
@@ -296,7 +294,6 @@ impl Plan {
             point,
             steps,
             skipped,
-            _private: (),
         })
     }
 
