@@ -1,16 +1,31 @@
-//! Directory listing. A handle snapshots its directory when the kernel reads from offset
-//! 0; the physical `.agx` of the project root is replaced by the virtual one.
+//! Directory listing. Offsets given to the kernel are the backing filesystem's own seek
+//! cookies (`d_off`), and every request seeks the backing directory to the offset it is
+//! asked for: a listing can resume at any offset the kernel holds, also one it cached from
+//! another handle's listing. The physical `.agx` of the project root is listed in its place
+//! as the virtual one (the daemon creates the physical one before mounting, and nothing
+//! through the mount can remove it).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Mutex;
 
 use fuser::{Errno, FileType, FopenFlags, ReplyDirectory, ReplyDirectoryPlus};
-use rustix::fs::OFlags;
+use rustix::fs::{AtFlags, OFlags, RawDir, SeekFrom};
 
-use super::handle::{DirEntry, DirHandle, Handle};
+use super::handle::{DirHandle, Handle};
 use super::{attr, AgxFs, OrErrno, AGX_DIR_NAME};
 use crate::ids::{HandleId, NodeId};
+
+/// getdents buffer per request; far more than one entry needs, about what one reply holds.
+const GETDENTS_BUF: usize = 32 << 10;
+
+/// One entry as given to the kernel. `off` is where the listing continues after it.
+struct Entry {
+    name: OsString,
+    ino: u64,
+    kind: FileType,
+    off: u64,
+}
 
 fn kind_of(t: rustix::fs::FileType) -> Option<FileType> {
     use rustix::fs::FileType as T;
@@ -41,7 +56,7 @@ impl AgxFs {
         let fh = self.handles.insert(Handle::Dir(DirHandle {
             node,
             file,
-            entries: Mutex::new(Vec::new()),
+            cursor: Mutex::new(()),
         }));
         Ok((
             fh,
@@ -49,53 +64,73 @@ impl AgxFs {
         ))
     }
 
-    /// Reads the whole directory behind `h`.
-    fn list(&self, h: &DirHandle) -> Result<Vec<DirEntry>, Errno> {
-        let mut out = Vec::new();
+    /// The virtual `.agx` directory: empty, so `.` and `..` at offsets 1 and 2.
+    fn agx_dir_entries(
+        &self,
+        offset: u64,
+        add: &mut impl FnMut(Entry) -> bool,
+    ) -> Result<(), Errno> {
+        // `..` reports the number stat gives the root: its backing st_ino.
+        let root_ino = rustix::fs::fstat(&self.root().fd).or_errno()?.st_ino;
+        let entries = [(".", NodeId::AGX_DIR.0), ("..", root_ino)];
+        for (i, (name, ino)) in entries.into_iter().enumerate().skip(offset as usize) {
+            let e = Entry {
+                name: name.into(),
+                ino,
+                kind: FileType::Directory,
+                off: i as u64 + 1,
+            };
+            if add(e) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands the entries of `h` from `offset` on to `add` until it reports a full reply
+    /// (returns true); entries read beyond that are read again by the next request.
+    fn each_entry(
+        &self,
+        h: &DirHandle,
+        offset: u64,
+        mut add: impl FnMut(Entry) -> bool,
+    ) -> Result<(), Errno> {
         let Some(file) = &h.file else {
-            // The virtual .agx directory: empty.
-            out.push(DirEntry {
-                name: ".".into(),
-                ino: NodeId::AGX_DIR.0,
-                kind: FileType::Directory,
-            });
-            out.push(DirEntry {
-                name: "..".into(),
-                ino: NodeId::ROOT.0,
-                kind: FileType::Directory,
-            });
-            return Ok(out);
+            return self.agx_dir_entries(offset, &mut add);
         };
         let is_root = h.node.id == NodeId::ROOT;
-        let dir = rustix::fs::Dir::read_from(file).or_errno()?;
-        for ent in dir {
+        let _cursor = h.cursor.lock().unwrap_or_else(|e| e.into_inner());
+        rustix::fs::seek(file, SeekFrom::Start(offset)).or_errno()?;
+        let mut buf: Vec<u8> = Vec::with_capacity(GETDENTS_BUF);
+        let mut dir = RawDir::new(file, buf.spare_capacity_mut());
+        while let Some(ent) = dir.next() {
             let ent = ent.or_errno()?;
             let name = OsStr::from_bytes(ent.file_name().to_bytes());
-            if is_root && name == AGX_DIR_NAME {
-                continue;
-            }
-            let kind = match kind_of(ent.file_type()) {
-                Some(k) => k,
-                None => match rustix::fs::statat(file, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-                {
-                    Ok(st) => attr::file_type(st.st_mode),
-                    Err(_) => continue,
-                },
+            let (ino, kind) = if is_root && name == AGX_DIR_NAME {
+                // The virtual directory takes the physical one's place in the listing.
+                (NodeId::AGX_DIR.0, FileType::Directory)
+            } else {
+                let kind = match kind_of(ent.file_type()) {
+                    Some(k) => k,
+                    None => match rustix::fs::statat(file, name, AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(st) => attr::file_type(st.st_mode),
+                        // Gone meanwhile.
+                        Err(_) => continue,
+                    },
+                };
+                (ent.ino(), kind)
             };
-            out.push(DirEntry {
-                name: OsString::from(name),
-                ino: ent.ino(),
+            let e = Entry {
+                name: name.to_os_string(),
+                ino,
                 kind,
-            });
+                off: ent.next_entry_cookie(),
+            };
+            if add(e) {
+                break;
+            }
         }
-        if is_root {
-            out.push(DirEntry {
-                name: AGX_DIR_NAME.into(),
-                ino: NodeId::AGX_DIR.0,
-                kind: FileType::Directory,
-            });
-        }
-        Ok(out)
+        Ok(())
     }
 
     fn dir_handle(&self, fh: HandleId) -> Result<std::sync::Arc<Handle>, Errno> {
@@ -115,18 +150,14 @@ impl AgxFs {
             Ok(h) => h,
             Err(e) => return Err((e, reply)),
         };
-        let Handle::Dir(d) = &*h else { unreachable!() };
-        let mut entries = d.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if offset == 0 {
-            match self.list(d) {
-                Ok(list) => *entries = list,
-                Err(e) => return Err((e, reply)),
-            }
-        }
-        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-            if reply.add(fuser::INodeNo(e.ino), i as u64 + 1, e.kind, &e.name) {
-                break;
-            }
+        let Handle::Dir(d) = &*h else {
+            return Err((Errno::EBADF, reply));
+        };
+        let r = self.each_entry(d, offset, |e| {
+            reply.add(fuser::INodeNo(e.ino), e.off, e.kind, &e.name)
+        });
+        if let Err(e) = r {
+            return Err((e, reply));
         }
         reply.ok();
         Ok(())
@@ -142,50 +173,37 @@ impl AgxFs {
             Ok(h) => h,
             Err(e) => return Err((e, reply)),
         };
-        let Handle::Dir(d) = &*h else { unreachable!() };
-        let mut entries = d.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if offset == 0 {
-            match self.list(d) {
-                Ok(list) => *entries = list,
-                Err(e) => return Err((e, reply)),
-            }
-        }
+        let Handle::Dir(d) = &*h else {
+            return Err((Errno::EBADF, reply));
+        };
         let ttl = self.cfg.ttl;
         let zero = std::time::Duration::ZERO;
-        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-            let off = i as u64 + 1;
-            let full = if e.name == "." || e.name == ".." {
+        let gen = fuser::Generation(0);
+        let r = self.each_entry(d, offset, |e| {
+            if e.name == "." || e.name == ".." {
                 // The kernel neither links nor counts these; the attributes are unused.
                 let mut a = self.agx_dir_attr();
                 a.ino = fuser::INodeNo(e.ino);
-                reply.add(
-                    fuser::INodeNo(e.ino),
-                    off,
-                    &e.name,
-                    &zero,
-                    &a,
-                    fuser::Generation(0),
-                )
-            } else if e.ino == NodeId::AGX_DIR.0 && d.node.id == NodeId::ROOT {
-                let a = self.agx_dir_attr();
-                reply.add(a.ino, off, &e.name, &ttl, &a, fuser::Generation(0))
-            } else {
-                let Some(file) = &d.file else { continue };
-                let _ = file;
-                let Ok((node, st)) = self.lookup_node(&d.node, &e.name) else {
-                    continue;
-                };
-                let a = self.entry_attr(&node, &st);
-                let full = reply.add(a.ino, off, &e.name, &ttl, &a, fuser::Generation(0));
-                if full {
-                    // Not sent: the kernel will not count this lookup.
-                    self.inodes.forget(node.id, 1);
-                }
-                full
-            };
-            if full {
-                break;
+                return reply.add(a.ino, e.off, &e.name, &zero, &a, gen);
             }
+            if e.ino == NodeId::AGX_DIR.0 && d.node.id == NodeId::ROOT {
+                let a = self.agx_dir_attr();
+                return reply.add(a.ino, e.off, &e.name, &ttl, &a, gen);
+            }
+            let Ok((node, st)) = self.lookup_node(&d.node, &e.name) else {
+                // Gone meanwhile.
+                return false;
+            };
+            let a = self.entry_attr(&node, &st);
+            let full = reply.add(a.ino, e.off, &e.name, &ttl, &a, gen);
+            if full {
+                // Not sent: the kernel will not count this lookup.
+                self.inodes.forget(node.id, 1);
+            }
+            full
+        });
+        if let Err(e) = r {
+            return Err((e, reply));
         }
         reply.ok();
         Ok(())

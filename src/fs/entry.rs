@@ -12,11 +12,21 @@ use crate::capture::Mutation;
 use crate::fs::inode::Node;
 use crate::ids::NodeId;
 
+/// Whether the directory `dir` carries a default ACL.
+fn has_default_acl(dir: &Node) -> bool {
+    matches!(
+        rustix::fs::getxattr_query(super::proc_path(&dir.fd), "system.posix_acl_default"),
+        Ok(n) if n > 0
+    )
+}
+
 /// Who a request comes from: new objects belong to them.
 #[derive(Clone, Copy, Debug)]
 pub struct Caller {
     pub uid: u32,
     pub gid: u32,
+    /// The caller's umask, sent with create, mkdir and mknod (0 for other requests).
+    pub umask: u32,
 }
 
 impl AgxFs {
@@ -81,6 +91,19 @@ impl AgxFs {
         Ok(())
     }
 
+    /// The mode for a new object in `parent`: the caller's umask applies unless the
+    /// directory has a default ACL, which then decides (the backing filesystem applies it).
+    /// The kernel leaves umask to agx (FUSE_DONT_MASK, and with FUSE_POSIX_ACL it must
+    /// not apply it itself), and the daemon runs with umask 0. Applying a umask the
+    /// kernel already applied changes nothing.
+    pub(super) fn creation_mode(&self, parent: &Node, mode: u32, caller: Caller) -> u32 {
+        if has_default_acl(parent) {
+            mode
+        } else {
+            mode & !(caller.umask & 0o777)
+        }
+    }
+
     /// Looks up a just-created object and gives it to the caller.
     fn finish_new(
         &self,
@@ -104,6 +127,7 @@ impl AgxFs {
         let p = self.writable_parent(parent, name)?;
         self.capture
             .before(&Mutation::NewName { parent: &p, name })?;
+        let mode = self.creation_mode(&p, mode, caller);
         rustix::fs::mkdirat(&p.fd, name, Mode::from_raw_mode(mode & 0o7777)).or_errno()?;
         self.finish_new(&p, name, caller, mode | libc::S_IFDIR)
     }
@@ -119,6 +143,7 @@ impl AgxFs {
         let p = self.writable_parent(parent, name)?;
         self.capture
             .before(&Mutation::NewName { parent: &p, name })?;
+        let mode = self.creation_mode(&p, mode, caller);
         rustix::fs::mknodat(
             &p.fd,
             name,

@@ -42,11 +42,19 @@ fn writes(flags: OFlags) -> bool {
 
 /// Flags for the daemon's own descriptor of an open file. O_NOFOLLOW goes: the kernel has
 /// already resolved the name, and the descriptor is reopened through a `/proc/self/fd`
-/// magic link, which O_NOFOLLOW would refuse with ELOOP.
+/// magic link, which O_NOFOLLOW would refuse with ELOOP. O_APPEND goes too: the kernel
+/// turns appends into writes at its own end of file (under the inode lock), and it also
+/// writes back pages of shared mappings through whichever handle it picks, at their own
+/// offsets; an O_APPEND descriptor would move those writes to the end of the file.
 fn handle_flags(flags: i32) -> OFlags {
     let f = OFlags::from_bits_retain(flags as u32);
-    (f & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::DIRECT | OFlags::NOFOLLOW))
-        | OFlags::CLOEXEC
+    let dropped = OFlags::CREATE
+        | OFlags::EXCL
+        | OFlags::NOCTTY
+        | OFlags::DIRECT
+        | OFlags::NOFOLLOW
+        | OFlags::APPEND;
+    (f & !dropped) | OFlags::CLOEXEC
 }
 
 fn timespec(t: TimeOrNow) -> Timespec {
@@ -60,16 +68,16 @@ fn timespec(t: TimeOrNow) -> Timespec {
                 tv_sec: d.as_secs() as i64,
                 tv_nsec: d.subsec_nanos() as _,
             },
+            // Before the epoch. fuser 0.18 decodes the kernel's (sec < 0, nsec) as
+            // EPOCH - (|sec| s + nsec ns) instead of EPOCH - |sec| s + nsec ns; this is
+            // the exact inverse of that decoding, so the kernel's values come back
+            // unchanged (the kernel always sends 0 <= nsec < 1e9). Pinned by the test
+            // nanosecond_timestamps_round_trip_like_on_disk.
             Err(e) => {
                 let d = e.duration();
-                let (mut s, mut n) = (-(d.as_secs() as i64), -(d.subsec_nanos() as i64));
-                if n < 0 {
-                    s -= 1;
-                    n += 1_000_000_000;
-                }
                 Timespec {
-                    tv_sec: s,
-                    tv_nsec: n as _,
+                    tv_sec: -(d.as_secs() as i64),
+                    tv_nsec: d.subsec_nanos() as _,
                 }
             }
         },
@@ -154,19 +162,16 @@ impl AgxFs {
                 last_access: set.atime.map(timespec).unwrap_or(OMIT),
                 last_modification: set.mtime.map(timespec).unwrap_or(OMIT),
             };
-            if node.kind == fuser::FileType::Symlink {
-                let (parent, name) = node.place();
-                let p = self.node(parent)?;
-                rustix::fs::utimensat(&p.fd, &name, &ts, AtFlags::SYMLINK_NOFOLLOW).or_errno()?;
-            } else {
-                rustix::fs::utimensat(
-                    &self.proc_fd,
-                    super::fd_name(node.fd.as_fd()),
-                    &ts,
-                    AtFlags::empty(),
-                )
-                .or_errno()?;
-            }
+            // Through the node's own descriptor, so a symlink's times are set without a
+            // name (a name recorded for it may since have been removed, e.g. one of two
+            // hard links).
+            rustix::fs::utimensat(
+                &node.fd,
+                "",
+                &ts,
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .or_errno()?;
         }
         let st = match handle.as_deref() {
             Some(Handle::File(h)) => rustix::fs::fstat(&h.file),
@@ -215,6 +220,7 @@ impl AgxFs {
         register: impl FnOnce(&std::os::fd::OwnedFd) -> std::io::Result<BackingId>,
     ) -> Result<(Opened, FileAttr), Errno> {
         let p = self.writable_parent(parent, name)?;
+        let mode = self.creation_mode(&p, mode, caller);
         let oflags = handle_flags(flags);
         let user_excl = OFlags::from_bits_retain(flags as u32).contains(OFlags::EXCL);
         self.capture

@@ -1,40 +1,33 @@
 //! Open file and directory handles given to the kernel.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-
-use fuser::FileType;
 
 use crate::fs::inode::Node;
 use crate::ids::HandleId;
 
 pub struct FileHandle {
     pub node: Arc<Node>,
-    /// The backing file opened with the caller's access mode (O_CREAT/O_EXCL/O_DIRECT
-    /// stripped). Serves reads and writes when passthrough is off, and fsync, fallocate,
-    /// ftruncate, lseek and copy_file_range always.
+    /// The backing file opened with the caller's access mode (O_CREAT, O_EXCL, O_DIRECT,
+    /// O_NOFOLLOW and O_APPEND stripped: every write carries its offset). Serves reads and
+    /// writes when passthrough is off, and fsync, fallocate, ftruncate, lseek and
+    /// copy_file_range always.
     pub file: OwnedFd,
     /// The kernel reads and writes the backing file directly; this handle holds one count
     /// of the node's backing registration.
     pub passthrough: bool,
 }
 
-pub struct DirEntry {
-    pub name: OsString,
-    pub ino: u64,
-    pub kind: FileType,
-}
-
 pub struct DirHandle {
     pub node: Arc<Node>,
-    /// `None` for the virtual `.agx` directory.
+    /// The backing directory opened for reading; `None` for the virtual `.agx` directory.
+    /// Listings are read from it at the kernel's offset on every request (offsets are the
+    /// backing filesystem's own seek cookies), so the handle keeps no listing of its own.
     pub file: Option<OwnedFd>,
-    /// Snapshot of the entries, taken when the kernel reads from offset 0 (so `rewinddir`
-    /// sees a fresh listing). Entry `i` has offset `i + 1`.
-    pub entries: Mutex<Vec<DirEntry>>,
+    /// Serializes the seek-and-read of one request on `file`.
+    pub cursor: Mutex<()>,
 }
 
 pub enum Handle {

@@ -35,7 +35,8 @@ pub struct Node {
     pub kind: FileType,
     lookups: AtomicU64,
     /// The parent and name under which the kernel last reached this node. Needed where an
-    /// operation cannot act through the descriptor (times and xattrs of symlinks).
+    /// operation cannot act through the descriptor (xattrs of symlinks). It can go stale
+    /// when that name is unlinked while another hard link to the same symlink remains.
     place: Mutex<(NodeId, OsString)>,
     pub backing: Mutex<BackingSlot>,
 }

@@ -192,6 +192,10 @@ impl AgxFs {
             (InitFlags::FUSE_ATOMIC_O_TRUNC, "atomic_o_trunc"),
             (InitFlags::FUSE_ASYNC_DIO, "async_dio"),
             (InitFlags::FUSE_MAX_PAGES, "max_pages"),
+            // The kernel enforces POSIX ACLs (read through getxattr) and leaves umask to
+            // agx, which applies it unless a default ACL decides (see creation_mode).
+            (InitFlags::FUSE_POSIX_ACL, "posix_acl"),
+            (InitFlags::FUSE_DONT_MASK, "dont_mask"),
         ];
         if self.cfg.passthrough {
             wanted.insert(0, (InitFlags::FUSE_PASSTHROUGH, "passthrough"));

@@ -8,9 +8,9 @@ use std::time::SystemTime;
 
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem, Generation, INodeNo,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::entry::Caller;
@@ -23,6 +23,15 @@ fn caller(req: &Request) -> Caller {
     Caller {
         uid: req.uid(),
         gid: req.gid(),
+        umask: 0,
+    }
+}
+
+/// The caller of a request that carries its umask.
+fn caller_with_umask(req: &Request, umask: u32) -> Caller {
+    Caller {
+        umask,
+        ..caller(req)
     }
 }
 
@@ -150,11 +159,11 @@ impl Filesystem for AgxFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.do_mknod(id(parent), name, mode, rdev, caller(req));
+        let r = self.do_mknod(id(parent), name, mode, rdev, caller_with_umask(req, umask));
         self.reply_entry(reply, r);
     }
 
@@ -164,10 +173,10 @@ impl Filesystem for AgxFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.do_mkdir(id(parent), name, mode, caller(req));
+        let r = self.do_mkdir(id(parent), name, mode, caller_with_umask(req, umask));
         self.reply_entry(reply, r);
     }
 
@@ -419,13 +428,18 @@ impl Filesystem for AgxFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = self.do_create(id(parent), name, mode, flags, caller(req), |fd| {
-            reply.open_backing(fd)
-        });
+        let r = self.do_create(
+            id(parent),
+            name,
+            mode,
+            flags,
+            caller_with_umask(req, umask),
+            |fd| reply.open_backing(fd),
+        );
         match r {
             Ok((o, attr)) => {
                 let fh = FileHandle(o.fh.0);
@@ -472,6 +486,24 @@ impl Filesystem for AgxFs {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(e),
         }
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // No ioctl is served, and quietly: isatty() asks TCGETS of nearly every file a
+        // program opens, and the kernel does not remember a refusal. ENOTTY is what a
+        // filesystem answers to a command it does not know. Forwarding commands to the
+        // backing file is not an option: they would run with the daemon's privileges.
+        reply.error(Errno::ENOTTY);
     }
 
     fn copy_file_range(

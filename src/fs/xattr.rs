@@ -17,6 +17,11 @@ struct Target {
     nofollow: bool,
 }
 
+/// A size for the kernel, which takes 32 bits.
+fn reply_size(n: usize) -> Result<u32, Errno> {
+    u32::try_from(n).map_err(|_| Errno::E2BIG)
+}
+
 /// Outcome of a size-probing xattr read.
 pub enum XattrReply {
     Size(u32),
@@ -59,6 +64,17 @@ impl AgxFs {
     ) -> Result<XattrReply, Errno> {
         let node = self.xattr_node(ino)?;
         let t = self.xattr_target(&node)?;
+        // Size 0 asks for the value's size. rustix answers a zero-length buffer with 0,
+        // not the size, so the query has its own call.
+        if size == 0 {
+            let n = if t.nofollow {
+                rustix::fs::lgetxattr_query(&t.path, name)
+            } else {
+                rustix::fs::getxattr_query(&t.path, name)
+            }
+            .or_errno()?;
+            return Ok(XattrReply::Size(reply_size(n)?));
+        }
         let mut buf = vec![0u8; size as usize];
         let n = if t.nofollow {
             rustix::fs::lgetxattr(&t.path, name, &mut buf)
@@ -66,9 +82,6 @@ impl AgxFs {
             rustix::fs::getxattr(&t.path, name, &mut buf)
         }
         .or_errno()?;
-        if size == 0 {
-            return Ok(XattrReply::Size(n as u32));
-        }
         buf.truncate(n);
         Ok(XattrReply::Data(buf))
     }
@@ -83,6 +96,16 @@ impl AgxFs {
         }
         let node = self.node(ino)?;
         let t = self.xattr_target(&node)?;
+        // As in do_getxattr: the size query must not go through a zero-length buffer.
+        if size == 0 {
+            let n = if t.nofollow {
+                rustix::fs::llistxattr_query(&t.path)
+            } else {
+                rustix::fs::listxattr_query(&t.path)
+            }
+            .or_errno()?;
+            return Ok(XattrReply::Size(reply_size(n)?));
+        }
         let mut buf = vec![0u8; size as usize];
         let n = if t.nofollow {
             rustix::fs::llistxattr(&t.path, &mut buf)
@@ -90,9 +113,6 @@ impl AgxFs {
             rustix::fs::listxattr(&t.path, &mut buf)
         }
         .or_errno()?;
-        if size == 0 {
-            return Ok(XattrReply::Size(n as u32));
-        }
         buf.truncate(n);
         Ok(XattrReply::Data(buf))
     }
