@@ -59,7 +59,7 @@ pub enum After {
 
 /// A begun event.
 pub struct Ticket {
-    event: Event,
+    event: Box<Event>,
     staged: Option<String>,
     target_staged: Option<String>,
 }
@@ -71,7 +71,7 @@ impl Ticket {
         target_staged: Option<String>,
     ) -> Ticket {
         Ticket {
-            event,
+            event: Box::new(event),
             staged,
             target_staged,
         }
@@ -293,12 +293,12 @@ impl Recorder {
             note,
         };
         let ticket = Ticket {
-            event,
+            event: Box::new(event),
             staged,
             target_staged,
         };
         let rec = Record::Begin {
-            event: Box::new(ticket.event.clone()),
+            event: ticket.event.clone(),
             staged: ticket.staged.clone(),
             target_staged: ticket.target_staged.clone(),
         };
@@ -536,7 +536,7 @@ pub(super) fn is_noop(e: &Event) -> bool {
 
 /// Completes an event: content into the store, the after-state resolved.
 pub(super) fn finish(shared: &Shared, t: Ticket, after: After, base: Option<ContentHash>) -> Event {
-    let mut e = t.event;
+    let mut e = *t.event;
     if let Some(name) = &t.staged {
         match ingest_staged(shared, name, base.as_ref()) {
             Ok(h) => {

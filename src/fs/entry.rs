@@ -8,9 +8,12 @@ use fuser::{Errno, FileAttr};
 use rustix::fs::{AtFlags, FileType as RxType, Gid, Mode, RenameFlags, Stat, Uid};
 
 use super::{AgxFs, OrErrno};
-use crate::capture::Mutation;
+use std::os::fd::AsFd;
+
+use crate::capture::{After, Before};
 use crate::fs::inode::Node;
 use crate::ids::NodeId;
+use crate::timeline::Op;
 
 /// Whether the directory `dir` carries a default ACL.
 fn has_default_acl(dir: &Node) -> bool {
@@ -27,6 +30,8 @@ pub struct Caller {
     pub gid: u32,
     /// The caller's umask, sent with create, mkdir and mknod (0 for other requests).
     pub umask: u32,
+    /// The calling process (whose change it is).
+    pub pid: u32,
 }
 
 impl AgxFs {
@@ -125,11 +130,22 @@ impl AgxFs {
         caller: Caller,
     ) -> Result<FileAttr, Errno> {
         let p = self.writable_parent(parent, name)?;
-        self.capture
-            .before(&Mutation::NewName { parent: &p, name })?;
+        let path = self.child_path(&p, name);
+        let t = self.record(
+            caller.pid,
+            Op::Mkdir,
+            path,
+            true,
+            None,
+            Before::Absent,
+            None,
+        )?;
         let mode = self.creation_mode(&p, mode, caller);
-        rustix::fs::mkdirat(&p.fd, name, Mode::from_raw_mode(mode & 0o7777)).or_errno()?;
-        self.finish_new(&p, name, caller, mode | libc::S_IFDIR)
+        let r = rustix::fs::mkdirat(&p.fd, name, Mode::from_raw_mode(mode & 0o7777))
+            .or_errno()
+            .and_then(|()| self.finish_new(&p, name, caller, mode | libc::S_IFDIR));
+        self.finish(t, &r, || self.after_at(&p, name));
+        r
     }
 
     pub(super) fn do_mknod(
@@ -141,18 +157,28 @@ impl AgxFs {
         caller: Caller,
     ) -> Result<FileAttr, Errno> {
         let p = self.writable_parent(parent, name)?;
-        self.capture
-            .before(&Mutation::NewName { parent: &p, name })?;
+        let path = self.child_path(&p, name);
+        let t = self.record(
+            caller.pid,
+            Op::Mknod,
+            path,
+            false,
+            None,
+            Before::Absent,
+            None,
+        )?;
         let mode = self.creation_mode(&p, mode, caller);
-        rustix::fs::mknodat(
+        let r = rustix::fs::mknodat(
             &p.fd,
             name,
             RxType::from_raw_mode(mode),
             Mode::from_raw_mode(mode & 0o7777),
             rdev as u64,
         )
-        .or_errno()?;
-        self.finish_new(&p, name, caller, mode)
+        .or_errno()
+        .and_then(|()| self.finish_new(&p, name, caller, mode));
+        self.finish(t, &r, || self.after_at(&p, name));
+        r
     }
 
     pub(super) fn do_symlink(
@@ -163,10 +189,21 @@ impl AgxFs {
         caller: Caller,
     ) -> Result<FileAttr, Errno> {
         let p = self.writable_parent(parent, name)?;
-        self.capture
-            .before(&Mutation::NewName { parent: &p, name })?;
-        rustix::fs::symlinkat(target, &p.fd, name).or_errno()?;
-        self.finish_new(&p, name, caller, libc::S_IFLNK | 0o777)
+        let path = self.child_path(&p, name);
+        let t = self.record(
+            caller.pid,
+            Op::Symlink,
+            path,
+            false,
+            None,
+            Before::Absent,
+            None,
+        )?;
+        let r = rustix::fs::symlinkat(target, &p.fd, name)
+            .or_errno()
+            .and_then(|()| self.finish_new(&p, name, caller, libc::S_IFLNK | 0o777));
+        self.finish(t, &r, || self.after_at(&p, name));
+        r
     }
 
     pub(super) fn do_link(
@@ -174,39 +211,82 @@ impl AgxFs {
         ino: NodeId,
         new_parent: NodeId,
         new_name: &OsStr,
+        caller: Caller,
     ) -> Result<FileAttr, Errno> {
         if ino == NodeId::AGX_DIR {
             return Err(Errno::EPERM);
         }
         let node = self.node(ino)?;
         let p = self.writable_parent(new_parent, new_name)?;
-        self.capture.before(&Mutation::NewName {
-            parent: &p,
-            name: new_name,
-        })?;
+        let path = self.child_path(&p, new_name);
+        let t = self.record(
+            caller.pid,
+            Op::Link,
+            path,
+            false,
+            None,
+            Before::Absent,
+            None,
+        )?;
         // Through /proc/self/fd, linkat needs no CAP_DAC_READ_SEARCH (unlike AT_EMPTY_PATH).
-        rustix::fs::linkat(
+        let r = rustix::fs::linkat(
             &self.proc_fd,
             super::fd_name(std::os::fd::AsFd::as_fd(&node.fd)),
             &p.fd,
             new_name,
             AtFlags::SYMLINK_FOLLOW,
         )
-        .or_errno()?;
-        let (node, st) = self.lookup_node(&p, new_name)?;
+        .or_errno()
+        .and_then(|()| self.lookup_node(&p, new_name));
+        self.finish(t, &r, || self.after_at(&p, new_name));
+        let (node, st) = r?;
         Ok(self.entry_attr(&node, &st))
     }
 
-    pub(super) fn do_remove(&self, parent: NodeId, name: &OsStr, dir: bool) -> Result<(), Errno> {
+    /// Whether the object behind `fd` may still change (open for writing through the
+    /// mount), so a hard link would not keep its before-image.
+    fn may_change(&self, fd: &std::os::fd::OwnedFd) -> bool {
+        rustix::fs::fstat(fd)
+            .ok()
+            .and_then(|st| self.inodes.find(super::key_of(&st)))
+            .is_some_and(|n| n.writers() > 0)
+    }
+
+    pub(super) fn do_remove(
+        &self,
+        parent: NodeId,
+        name: &OsStr,
+        dir: bool,
+        caller: Caller,
+    ) -> Result<(), Errno> {
         let p = self.writable_parent(parent, name)?;
-        self.capture
-            .before(&Mutation::Remove { parent: &p, name })?;
+        let obj = self.peek(&p, name).ok_or(Errno::ENOENT)?;
+        let path = self.child_path(&p, name);
+        let (op, before) = if dir {
+            (Op::Rmdir, Before::Meta(obj.as_fd()))
+        } else {
+            (
+                Op::Unlink,
+                Before::Leaving {
+                    fd: obj.as_fd(),
+                    dir: p.fd.as_fd(),
+                    name,
+                    may_change: self.may_change(&obj),
+                },
+            )
+        };
+        let t = self.record(caller.pid, op, path, dir, None, before, None)?;
         let flags = if dir {
             AtFlags::REMOVEDIR
         } else {
             AtFlags::empty()
         };
-        rustix::fs::unlinkat(&p.fd, name, flags).or_errno()
+        let r = rustix::fs::unlinkat(&p.fd, name, flags).or_errno();
+        self.finish(t, &r, || After::Absent);
+        if r.is_ok() {
+            self.note_ignore_file(name);
+        }
+        r
     }
 
     pub(super) fn do_rename(
@@ -216,23 +296,47 @@ impl AgxFs {
         new_parent: NodeId,
         new_name: &OsStr,
         flags: u32,
+        caller: Caller,
     ) -> Result<(), Errno> {
         let p = self.writable_parent(parent, name)?;
         let np = self.writable_parent(new_parent, new_name)?;
-        self.capture.before(&Mutation::Rename {
-            parent: &p,
-            name,
-            new_parent: &np,
-            new_name,
-            flags,
-        })?;
         let rflags = RenameFlags::from_bits(flags).ok_or(Errno::EINVAL)?;
-        rustix::fs::renameat_with(&p.fd, name, &np.fd, new_name, rflags).or_errno()?;
+        let src = self.peek(&p, name).ok_or(Errno::ENOENT)?;
+        let dst = self.peek(&np, new_name);
+        let src_is_dir = rustix::fs::fstat(&src)
+            .map(|st| RxType::from_raw_mode(st.st_mode) == RxType::Directory)
+            .unwrap_or(false);
+        let exchange = rflags.contains(RenameFlags::EXCHANGE);
+        let target = match &dst {
+            None => Before::Absent,
+            Some(d) if exchange => Before::Meta(d.as_fd()),
+            Some(d) => Before::Leaving {
+                fd: d.as_fd(),
+                dir: np.fd.as_fd(),
+                name: new_name,
+                may_change: self.may_change(d),
+            },
+        };
+        let op = if exchange { Op::Exchange } else { Op::Rename };
+        let t = self.record(
+            caller.pid,
+            op,
+            self.child_path(&p, name),
+            src_is_dir,
+            self.child_path(&np, new_name),
+            Before::Meta(src.as_fd()),
+            Some(target),
+        )?;
+        let r = rustix::fs::renameat_with(&p.fd, name, &np.fd, new_name, rflags).or_errno();
+        self.finish(t, &r, || self.after_at(&np, new_name));
+        r?;
         // Keep the recorded places of the moved objects current.
         self.note_place(&np, new_name);
-        if rflags.contains(RenameFlags::EXCHANGE) {
+        if exchange {
             self.note_place(&p, name);
         }
+        self.note_ignore_file(name);
+        self.note_ignore_file(new_name);
         Ok(())
     }
 

@@ -13,9 +13,10 @@ use rustix::fs::{AtFlags, FallocateFlags, Mode, OFlags, SeekFrom, Timespec, Time
 use super::entry::Caller;
 use super::handle::{FileHandle, Handle};
 use super::{attr, AgxFs, OrErrno};
-use crate::capture::Mutation;
+use crate::capture::{After, Before, Ticket};
 use crate::fs::inode::Node;
 use crate::ids::{HandleId, NodeId};
+use crate::timeline::Op;
 
 /// Attribute changes requested by `setattr`.
 #[derive(Default, Debug)]
@@ -118,16 +119,59 @@ impl AgxFs {
         ino: NodeId,
         fh: Option<HandleId>,
         set: SetAttr,
+        caller: Caller,
     ) -> Result<FileAttr, Errno> {
         if ino == NodeId::AGX_DIR {
             return Err(Errno::EROFS);
         }
         let node = self.node(ino)?;
-        self.capture.before(&Mutation::SetAttr {
-            node: &node,
-            size: set.size,
-        })?;
         let handle = fh.and_then(|fh| self.handles.get(fh));
+        // A change through a handle whose open is being recorded is part of that event
+        // (its after-state is taken at release).
+        let in_event = matches!(handle.as_deref(), Some(Handle::File(h)) if h.recording());
+        let ticket = if in_event {
+            None
+        } else {
+            let before = if set.size.is_some() {
+                Before::Content(node.fd.as_fd())
+            } else {
+                Before::Meta(node.fd.as_fd())
+            };
+            let op = super::record::setattr_op(
+                set.size.is_some(),
+                set.mode.is_some(),
+                set.uid.is_some() || set.gid.is_some(),
+            );
+            let is_dir = node.kind == fuser::FileType::Directory;
+            self.record(
+                caller.pid,
+                op,
+                self.path_of(&node),
+                is_dir,
+                None,
+                before,
+                None,
+            )?
+        };
+        let sized = set.size.is_some();
+        let r = self.apply_setattr(ino, &node, handle.as_deref(), set);
+        self.finish(ticket, &r, || {
+            if sized {
+                self.after_content(&node)
+            } else {
+                After::State(self.rec.state_of(node.fd.as_fd()))
+            }
+        });
+        r
+    }
+
+    fn apply_setattr(
+        &self,
+        ino: NodeId,
+        node: &Node,
+        handle: Option<&Handle>,
+        set: SetAttr,
+    ) -> Result<FileAttr, Errno> {
         // Owner first: chown clears set-id bits, which a mode in the same request restores.
         if set.uid.is_some() || set.gid.is_some() {
             rustix::fs::chownat(
@@ -149,7 +193,7 @@ impl AgxFs {
             .or_errno()?;
         }
         if let Some(size) = set.size {
-            match handle.as_deref() {
+            match handle {
                 Some(Handle::File(h)) => rustix::fs::ftruncate(&h.file, size).or_errno()?,
                 _ => {
                     let f = self.reopen(node.fd.as_fd(), OFlags::WRONLY)?;
@@ -173,7 +217,7 @@ impl AgxFs {
             )
             .or_errno()?;
         }
-        let st = match handle.as_deref() {
+        let st = match handle {
             Some(Handle::File(h)) => rustix::fs::fstat(&h.file),
             _ => rustix::fs::fstat(&node.fd),
         }
@@ -193,6 +237,7 @@ impl AgxFs {
         &self,
         ino: NodeId,
         flags: i32,
+        caller: Caller,
         register: impl FnOnce(&std::os::fd::OwnedFd) -> std::io::Result<BackingId>,
     ) -> Result<Opened, Errno> {
         if ino == NodeId::AGX_DIR {
@@ -200,14 +245,28 @@ impl AgxFs {
         }
         let node = self.node(ino)?;
         let oflags = handle_flags(flags);
-        if writes(oflags) {
-            self.capture.before(&Mutation::OpenWrite {
-                node: &node,
-                truncate: oflags.contains(OFlags::TRUNC),
-            })?;
-        }
-        let file = self.reopen(node.fd.as_fd(), oflags)?;
-        Ok(self.new_file_handle(node, file, register))
+        let ticket = if writes(oflags) {
+            let before = Before::Content(node.fd.as_fd());
+            self.record(
+                caller.pid,
+                Op::Write,
+                self.path_of(&node),
+                false,
+                None,
+                before,
+                None,
+            )?
+        } else {
+            None
+        };
+        let file = match self.reopen(node.fd.as_fd(), oflags) {
+            Ok(f) => f,
+            Err(e) => {
+                self.finish(ticket, &Err::<(), _>(e), || After::Absent);
+                return Err(e);
+            }
+        };
+        Ok(self.new_file_handle(node, file, writes(oflags), ticket, register))
     }
 
     pub(super) fn do_create(
@@ -223,40 +282,69 @@ impl AgxFs {
         let mode = self.creation_mode(&p, mode, caller);
         let oflags = handle_flags(flags);
         let user_excl = OFlags::from_bits_retain(flags as u32).contains(OFlags::EXCL);
-        self.capture
-            .before(&Mutation::NewName { parent: &p, name })?;
+        let path = self.child_path(&p, name);
         let perm = Mode::from_raw_mode(mode & 0o7777);
-        // Exclusive first, so an existing file is known (and announced) before O_TRUNC.
-        let file =
+        let created = self.record(
+            caller.pid,
+            Op::Create,
+            path.clone(),
+            false,
+            None,
+            Before::Absent,
+            None,
+        )?;
+        // Exclusive first, so an existing file is known (and recorded) before O_TRUNC.
+        let (file, ticket) =
             match rustix::fs::openat(&p.fd, name, oflags | OFlags::CREATE | OFlags::EXCL, perm) {
                 Ok(f) => {
-                    self.give_to_caller(&p, name, caller, mode)?;
-                    f
+                    if let Err(e) = self.give_to_caller(&p, name, caller, mode) {
+                        self.finish(created, &Err::<(), _>(e), || After::Absent);
+                        let _ = rustix::fs::unlinkat(&p.fd, name, AtFlags::empty());
+                        return Err(e);
+                    }
+                    (f, created)
                 }
                 Err(rustix::io::Errno::EXIST) if !user_excl => {
-                    let (node, _) = self.lookup_node(&p, name)?;
-                    self.inodes.forget(node.id, 1);
-                    if writes(oflags) {
-                        self.capture.before(&Mutation::OpenWrite {
-                            node: &node,
-                            truncate: oflags.contains(OFlags::TRUNC),
-                        })?;
+                    self.finish(created, &Err::<(), _>(Errno::EEXIST), || After::Absent);
+                    let existing = self.peek(&p, name).ok_or(Errno::ENOENT)?;
+                    let ticket = if writes(oflags) {
+                        let before = Before::Content(existing.as_fd());
+                        self.record(caller.pid, Op::Write, path, false, None, before, None)?
+                    } else {
+                        None
+                    };
+                    match rustix::fs::openat(&p.fd, name, oflags | OFlags::NOFOLLOW, perm) {
+                        Ok(f) => (f, ticket),
+                        Err(e) => {
+                            self.finish(ticket, &Err::<(), _>(super::errno(e)), || After::Absent);
+                            return Err(super::errno(e));
+                        }
                     }
-                    rustix::fs::openat(&p.fd, name, oflags | OFlags::NOFOLLOW, perm).or_errno()?
                 }
-                Err(e) => return Err(super::errno(e)),
+                Err(e) => {
+                    self.finish(created, &Err::<(), _>(super::errno(e)), || After::Absent);
+                    return Err(super::errno(e));
+                }
             };
         let (node, st) = self.lookup_node(&p, name)?;
         let attr = self.entry_attr(&node, &st);
-        Ok((self.new_file_handle(node, file, register), attr))
+        Ok((
+            self.new_file_handle(node, file, true, ticket, register),
+            attr,
+        ))
     }
 
     fn new_file_handle(
         &self,
         node: Arc<Node>,
         file: std::os::fd::OwnedFd,
+        writable: bool,
+        ticket: Option<Ticket>,
         register: impl FnOnce(&std::os::fd::OwnedFd) -> std::io::Result<BackingId>,
     ) -> Opened {
+        if writable {
+            node.add_writer();
+        }
         let mut passthrough = false;
         if self.passthrough.load(Ordering::Relaxed) {
             let mut slot = node.backing.lock().unwrap_or_else(|e| e.into_inner());
@@ -279,6 +367,8 @@ impl AgxFs {
             node: node.clone(),
             file,
             passthrough,
+            writable,
+            ticket: std::sync::Mutex::new(ticket),
         }));
         // The kernel refuses page-cache flags on passthrough opens (the backing file's
         // cache is the one used); without passthrough the cache stays valid across opens
@@ -299,6 +389,16 @@ impl AgxFs {
     pub(super) fn do_release(&self, fh: HandleId) {
         if let Some(h) = self.handles.remove(fh) {
             if let Handle::File(f) = &*h {
+                if f.writable {
+                    f.node.drop_writer();
+                }
+                let ticket = f.ticket.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(t) = ticket {
+                    self.rec.commit(t, self.after_content(&f.node));
+                    if let Some((_, name)) = Some(f.node.place()) {
+                        self.note_ignore_file(&name);
+                    }
+                }
                 if f.passthrough {
                     let mut slot = f.node.backing.lock().unwrap_or_else(|e| e.into_inner());
                     slot.opens = slot.opens.saturating_sub(1);
@@ -379,22 +479,35 @@ impl AgxFs {
         }
     }
 
+    /// A separate event for a content change through `h`, unless `h`'s open is already
+    /// being recorded (then the change is part of that event).
+    fn content_event(&self, h: &FileHandle, op: Op, pid: u32) -> Result<Option<Ticket>, Errno> {
+        if h.recording() {
+            return Ok(None);
+        }
+        let before = Before::Content(h.node.fd.as_fd());
+        self.record(pid, op, self.path_of(&h.node), false, None, before, None)
+    }
+
     pub(super) fn do_fallocate(
         &self,
         fh: HandleId,
         offset: u64,
         length: u64,
         mode: i32,
+        pid: u32,
     ) -> Result<(), Errno> {
         self.with_file(fh, |h| {
-            self.capture.before(&Mutation::Content { node: &h.node })?;
-            rustix::fs::fallocate(
+            let t = self.content_event(h, Op::Fallocate, pid)?;
+            let r = rustix::fs::fallocate(
                 &h.file,
                 FallocateFlags::from_bits_retain(mode as u32),
                 offset,
                 length,
             )
-            .or_errno()
+            .or_errno();
+            self.finish(t, &r, || self.after_content(&h.node));
+            r
         })
     }
 
@@ -418,19 +531,28 @@ impl AgxFs {
         fh_out: HandleId,
         offset_out: u64,
         len: u64,
+        pid: u32,
     ) -> Result<u32, Errno> {
         let hin = self.file_handle(fh_in)?;
         let hout = self.file_handle(fh_out)?;
         let (Handle::File(i), Handle::File(o)) = (&*hin, &*hout) else {
             return Err(Errno::EBADF);
         };
-        self.capture.before(&Mutation::Content { node: &o.node })?;
+        let t = self.content_event(o, Op::Write, pid)?;
         let mut off_in = offset_in;
         let mut off_out = offset_out;
         let len = len.min(u32::MAX as u64 & !0xfff) as usize;
-        rustix::fs::copy_file_range(&i.file, Some(&mut off_in), &o.file, Some(&mut off_out), len)
-            .map(|n| n as u32)
-            .or_errno()
+        let r = rustix::fs::copy_file_range(
+            &i.file,
+            Some(&mut off_in),
+            &o.file,
+            Some(&mut off_out),
+            len,
+        )
+        .map(|n| n as u32)
+        .or_errno();
+        self.finish(t, &r, || self.after_content(&o.node));
+        r
     }
 
     pub(super) fn do_statfs(&self) -> Result<rustix::fs::StatVfs, Errno> {

@@ -5,6 +5,7 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::capture::Ticket;
 use crate::fs::inode::Node;
 use crate::ids::HandleId;
 
@@ -18,6 +19,20 @@ pub struct FileHandle {
     /// The kernel reads and writes the backing file directly; this handle holds one count
     /// of the node's backing registration.
     pub passthrough: bool,
+    /// Opened for writing (counted in the node's writers).
+    pub writable: bool,
+    /// The event recording this open (from open or create to release).
+    pub ticket: Mutex<Option<Ticket>>,
+}
+
+impl FileHandle {
+    /// Whether this handle's changes are being recorded as one event.
+    pub fn recording(&self) -> bool {
+        self.ticket
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
 }
 
 pub struct DirHandle {

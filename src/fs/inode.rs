@@ -39,9 +39,25 @@ pub struct Node {
     /// when that name is unlinked while another hard link to the same symlink remains.
     place: Mutex<(NodeId, OsString)>,
     pub backing: Mutex<BackingSlot>,
+    /// Open handles that may write to this node.
+    writers: std::sync::atomic::AtomicU32,
 }
 
 impl Node {
+    pub fn writers(&self) -> u32 {
+        self.writers.load(Ordering::Relaxed)
+    }
+
+    pub fn add_writer(&self) {
+        self.writers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn drop_writer(&self) {
+        let _ = self
+            .writers
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| w.checked_sub(1));
+    }
+
     pub fn place(&self) -> (NodeId, OsString) {
         self.place.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -76,6 +92,7 @@ impl InodeTable {
             lookups: AtomicU64::new(1),
             place: Mutex::new((NodeId::ROOT, OsString::new())),
             backing: Mutex::new(BackingSlot::default()),
+            writers: Default::default(),
         });
         let mut maps = Maps::default();
         maps.by_id.insert(NodeId::ROOT, root);
@@ -137,6 +154,7 @@ impl InodeTable {
             lookups: AtomicU64::new(1),
             place: Mutex::new((parent, name.to_os_string())),
             backing: Mutex::new(BackingSlot::default()),
+            writers: Default::default(),
         });
         maps.by_id.insert(id, node.clone());
         maps.by_key.insert(key, id);

@@ -5,7 +5,7 @@
 //! per-node `O_PATH` descriptors (or, where a call needs a real file, by reopening through
 //! `/proc/self/fd`). The physical `.agx/` at the top of the project is never reachable: the
 //! name resolves to a virtual read-only directory instead. Each mutation is announced to
-//! [`crate::capture::Capture`] before it is applied.
+//! [`crate::capture::Recorder`] before it is applied (see `record.rs`).
 
 pub mod attr;
 mod dir;
@@ -14,6 +14,7 @@ mod file;
 pub mod handle;
 pub mod inode;
 mod ops;
+mod record;
 mod virt;
 mod xattr;
 
@@ -26,7 +27,8 @@ use std::time::{Duration, SystemTime};
 use fuser::{Errno, FileAttr, InitFlags, KernelConfig};
 use rustix::fs::{Mode, OFlags, Stat};
 
-use crate::capture::Capture;
+use crate::attribution::Attributor;
+use crate::capture::Recorder;
 use crate::fs::handle::HandleTable;
 use crate::fs::inode::{InodeTable, Node};
 use crate::ids::{InodeKey, NodeId};
@@ -73,7 +75,8 @@ pub struct AgxFs {
     passthrough: AtomicBool,
     /// Set once a passthrough registration failed, so the fallback is logged once.
     passthrough_warned: AtomicBool,
-    capture: Arc<dyn Capture>,
+    rec: Arc<Recorder>,
+    attrib: Attributor,
     mounted_at: SystemTime,
     report: Arc<Mutex<Option<InitReport>>>,
 }
@@ -112,7 +115,7 @@ impl AgxFs {
     pub fn new(
         root: OwnedFd,
         cfg: FsConfig,
-        capture: Arc<dyn Capture>,
+        rec: Arc<Recorder>,
         report: Arc<Mutex<Option<InitReport>>>,
     ) -> std::io::Result<AgxFs> {
         let st = rustix::fs::fstat(&root)?;
@@ -131,7 +134,8 @@ impl AgxFs {
             passthrough: AtomicBool::new(false),
             passthrough_warned: AtomicBool::new(false),
             cfg,
-            capture,
+            rec,
+            attrib: Attributor::default(),
             mounted_at: SystemTime::now(),
             report,
         })

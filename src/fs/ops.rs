@@ -24,6 +24,7 @@ fn caller(req: &Request) -> Caller {
         uid: req.uid(),
         gid: req.gid(),
         umask: 0,
+        pid: req.pid(),
     }
 }
 
@@ -116,7 +117,7 @@ impl Filesystem for AgxFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -140,7 +141,7 @@ impl Filesystem for AgxFs {
             atime,
             mtime,
         };
-        match self.do_setattr(id(ino), fh.map(hid), set) {
+        match self.do_setattr(id(ino), fh.map(hid), set, caller(req)) {
             Ok(attr) => reply.attr(&self.cfg.ttl, &attr),
             Err(e) => reply.error(e),
         }
@@ -180,12 +181,12 @@ impl Filesystem for AgxFs {
         self.reply_entry(reply, r);
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.do_remove(id(parent), name, false));
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.do_remove(id(parent), name, false, caller(req)));
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.do_remove(id(parent), name, true));
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.do_remove(id(parent), name, true, caller(req)));
     }
 
     fn symlink(
@@ -202,7 +203,7 @@ impl Filesystem for AgxFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -212,24 +213,31 @@ impl Filesystem for AgxFs {
     ) {
         reply_empty(
             reply,
-            self.do_rename(id(parent), name, id(newparent), newname, flags.bits()),
+            self.do_rename(
+                id(parent),
+                name,
+                id(newparent),
+                newname,
+                flags.bits(),
+                caller(req),
+            ),
         );
     }
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = self.do_link(id(ino), id(newparent), newname);
+        let r = self.do_link(id(ino), id(newparent), newname, caller(req));
         self.reply_entry(reply, r);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let r = self.do_open(id(ino), flags.0, |fd| reply.open_backing(fd));
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let r = self.do_open(id(ino), flags.0, caller(req), |fd| reply.open_backing(fd));
         match r {
             Ok(o) => {
                 let fh = FileHandle(o.fh.0);
@@ -394,7 +402,7 @@ impl Filesystem for AgxFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -402,7 +410,10 @@ impl Filesystem for AgxFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.do_setxattr(id(ino), name, value, flags));
+        reply_empty(
+            reply,
+            self.do_setxattr(id(ino), name, value, flags, req.pid()),
+        );
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -413,8 +424,8 @@ impl Filesystem for AgxFs {
         reply_xattr(reply, self.do_listxattr(id(ino), size));
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.do_removexattr(id(ino), name));
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.do_removexattr(id(ino), name, req.pid()));
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
@@ -462,7 +473,7 @@ impl Filesystem for AgxFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -470,7 +481,10 @@ impl Filesystem for AgxFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.do_fallocate(hid(fh), offset, length, mode));
+        reply_empty(
+            reply,
+            self.do_fallocate(hid(fh), offset, length, mode, req.pid()),
+        );
     }
 
     fn lseek(
@@ -508,7 +522,7 @@ impl Filesystem for AgxFs {
 
     fn copy_file_range(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
@@ -519,7 +533,14 @@ impl Filesystem for AgxFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        match self.do_copy_file_range(hid(fh_in), offset_in, hid(fh_out), offset_out, len) {
+        match self.do_copy_file_range(
+            hid(fh_in),
+            offset_in,
+            hid(fh_out),
+            offset_out,
+            len,
+            req.pid(),
+        ) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }

@@ -7,9 +7,12 @@ use fuser::Errno;
 use rustix::fs::XattrFlags;
 
 use super::{proc_path, AgxFs, OrErrno};
-use crate::capture::Mutation;
+use std::os::fd::AsFd;
+
+use crate::capture::{After, Before, Ticket};
 use crate::fs::inode::Node;
 use crate::ids::NodeId;
+use crate::timeline::Op;
 
 /// Where xattr calls for a node go, and whether they must not follow a final symlink.
 struct Target {
@@ -123,36 +126,49 @@ impl AgxFs {
         name: &OsStr,
         value: &[u8],
         flags: i32,
+        pid: u32,
     ) -> Result<(), Errno> {
         if ino == NodeId::AGX_DIR {
             return Err(Errno::EROFS);
         }
         let node = self.node(ino)?;
-        self.capture
-            .before(&Mutation::Xattr { node: &node, name })?;
+        let ticket = self.xattr_event(&node, Op::Setxattr, pid)?;
         let t = self.xattr_target(&node)?;
         let flags = XattrFlags::from_bits_retain(flags as u32);
-        if t.nofollow {
+        let r = if t.nofollow {
             rustix::fs::lsetxattr(&t.path, name, value, flags)
         } else {
             rustix::fs::setxattr(&t.path, name, value, flags)
         }
-        .or_errno()
+        .or_errno();
+        self.finish(ticket, &r, || {
+            After::State(self.rec.state_of(node.fd.as_fd()))
+        });
+        r
     }
 
-    pub(super) fn do_removexattr(&self, ino: NodeId, name: &OsStr) -> Result<(), Errno> {
+    fn xattr_event(&self, node: &Node, op: Op, pid: u32) -> Result<Option<Ticket>, Errno> {
+        let is_dir = node.kind == fuser::FileType::Directory;
+        let before = Before::Meta(node.fd.as_fd());
+        self.record(pid, op, self.path_of(node), is_dir, None, before, None)
+    }
+
+    pub(super) fn do_removexattr(&self, ino: NodeId, name: &OsStr, pid: u32) -> Result<(), Errno> {
         if ino == NodeId::AGX_DIR {
             return Err(Errno::EROFS);
         }
         let node = self.node(ino)?;
-        self.capture
-            .before(&Mutation::Xattr { node: &node, name })?;
+        let ticket = self.xattr_event(&node, Op::Removexattr, pid)?;
         let t = self.xattr_target(&node)?;
-        if t.nofollow {
+        let r = if t.nofollow {
             rustix::fs::lremovexattr(&t.path, name)
         } else {
             rustix::fs::removexattr(&t.path, name)
         }
-        .or_errno()
+        .or_errno();
+        self.finish(ticket, &r, || {
+            After::State(self.rec.state_of(node.fd.as_fd()))
+        });
+        r
     }
 }

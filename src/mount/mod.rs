@@ -19,7 +19,7 @@ use rustix::fs::{Mode, OFlags};
 
 pub use error::MountError;
 
-use crate::capture::PassThrough;
+use crate::control::engine::Engine;
 use crate::control::{self, MountState};
 use crate::fs::{AgxFs, FsConfig, AGX_DIR_NAME};
 
@@ -277,25 +277,27 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
         Mode::empty(),
     )
     .map_err(|e| MountError::io(p.project.display().to_string(), e.into()))?;
-    match rustix::fs::mkdirat(&root, AGX_DIR_NAME, Mode::from_raw_mode(0o700)) {
-        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-        Err(e) => {
-            return Err(MountError::io(
-                format!("creating {}", p.project.join(AGX_DIR_NAME).display()),
-                e.into(),
-            ))
-        }
-    }
     if let Err(e) = gitexclude::ensure(&root) {
         log::warn!("could not add .agx/ to .git/info/exclude: {e}");
     }
+    // Capture and history: recovers what a killed daemon left, before anything is served.
+    let engine_root = rustix::io::dup(&root)
+        .map_err(|e| MountError::io("duplicating the project handle", e.into()))?;
+    let engine = Arc::new(
+        Engine::open(engine_root, &p.project.display().to_string()).map_err(|e| {
+            MountError::MountFailed {
+                dir: p.project.clone(),
+                reason: e.to_string(),
+            }
+        })?,
+    );
 
     let mut cfg = FsConfig::default();
     if std::env::var("AGX_PASSTHROUGH").is_ok_and(|v| v == "0") {
         cfg.passthrough = false;
     }
     let report = Arc::new(Mutex::new(None));
-    let fs = AgxFs::new(root, cfg, Arc::new(PassThrough), report.clone())
+    let fs = AgxFs::new(root, cfg, engine.recorder.clone(), report.clone())
         .map_err(|e| MountError::io(p.project.display().to_string(), e))?;
 
     let mut config = Config::default();
@@ -357,6 +359,19 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
         log::warn!("could not write {}: {e}", p.state_path.display());
     }
 
+    let notifier = session.notifier();
+    let inval_root = rustix::io::dup(&engine.root)
+        .map_err(|e| MountError::io("duplicating the project handle", e.into()))?;
+    engine.set_restore_hook(Box::new(move |paths| {
+        invalidate(&notifier, &inval_root, paths)
+    }));
+    if let Err(e) = engine.record_mount() {
+        log::warn!("could not record the mount in the timeline: {e}");
+    }
+    let socket = control::paths(&p.project)?.socket;
+    let _server = control::server::start(&socket, engine.clone())
+        .map_err(|e| MountError::io(format!("control socket {}", socket.display()), e))?;
+
     // Unmount cleanly on SIGTERM, SIGINT and SIGHUP.
     let mut unmounter = session.unmount_callable();
     let mut signals = signal_hook::iterator::Signals::new([
@@ -400,6 +415,7 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
         }
     }
     let res = session.run();
+    engine.recorder.shutdown();
     if control::read_state(&p.state_path).is_some_and(|s| s.pid == std::process::id()) {
         let _ = std::fs::remove_file(&p.state_path);
     }
@@ -598,4 +614,26 @@ fn forget_states(pred: impl Fn(&MountState) -> bool) {
 /// Device of a path (to tell whether two paths are on the same mount).
 pub fn dev_of(p: &Path) -> Option<u64> {
     std::fs::metadata(p).ok().map(|m| m.dev())
+}
+
+/// Makes the kernel forget what it cached about paths agx changed itself (a restore):
+/// their directory entries and the attributes of what is there now.
+fn invalidate(notifier: &fuser::Notifier, root: &std::os::fd::OwnedFd, paths: &[Vec<u8>]) {
+    use crate::restore::live;
+    let node_of = |rel: &[u8]| -> Option<u64> {
+        if rel.is_empty() {
+            return Some(1);
+        }
+        live::stat(root, rel).map(|o| o.stat.st_ino)
+    };
+    for p in paths {
+        let (parent, name) = live::split(p);
+        if let Some(pino) = node_of(parent) {
+            let _ = notifier.inval_entry(fuser::INodeNo(pino), live::os(name));
+            let _ = notifier.inval_inode(fuser::INodeNo(pino), 0, 0);
+        }
+        if let Some(ino) = node_of(p) {
+            let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
+        }
+    }
 }

@@ -1,0 +1,153 @@
+//! Recording mutations: paths of nodes, and the begin/finish pair every mutating request
+//! wraps around its change (see `crate::capture::Recorder`).
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+
+use fuser::Errno;
+
+use super::inode::Node;
+use super::AgxFs;
+use crate::capture::{After, Before, Ticket};
+use crate::ids::NodeId;
+use crate::timeline::Op;
+
+/// Deeper than this, a path is not resolved (a loop in the recorded places).
+const MAX_DEPTH: usize = 4096;
+
+impl AgxFs {
+    /// The project-relative path under which the kernel last reached `node` ("" for the
+    /// root); None if some ancestor is no longer known.
+    pub(super) fn path_of(&self, node: &Node) -> Option<Vec<u8>> {
+        let mut parts: Vec<std::ffi::OsString> = Vec::new();
+        let (mut parent, mut name) = node.place();
+        if node.id == NodeId::ROOT {
+            return Some(Vec::new());
+        }
+        for _ in 0..MAX_DEPTH {
+            parts.push(name);
+            if parent == NodeId::ROOT {
+                let mut out = Vec::new();
+                for (i, p) in parts.iter().rev().enumerate() {
+                    if i > 0 {
+                        out.push(b'/');
+                    }
+                    out.extend_from_slice(p.as_bytes());
+                }
+                return Some(out);
+            }
+            let p = self.inodes.get(parent)?;
+            (parent, name) = p.place();
+        }
+        None
+    }
+
+    /// The path of `name` in `parent`.
+    pub(super) fn child_path(&self, parent: &Node, name: &OsStr) -> Option<Vec<u8>> {
+        let mut p = self.path_of(parent)?;
+        if !p.is_empty() {
+            p.push(b'/');
+        }
+        p.extend_from_slice(name.as_bytes());
+        Some(p)
+    }
+
+    /// Begins recording a change of `path` by process `pid`, unless the path is ignored
+    /// (then nothing is recorded and `Ok(None)` is returned). An error means the before
+    /// state could not be kept: the change must not be made.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn record(
+        &self,
+        pid: u32,
+        op: Op,
+        path: Option<Vec<u8>>,
+        is_dir: bool,
+        to_path: Option<Vec<u8>>,
+        before: Before<'_>,
+        target: Option<Before<'_>>,
+    ) -> Result<Option<Ticket>, Errno> {
+        let Some(path) = path else {
+            log::warn!("{op:?}: the path of a node is unknown; not recorded");
+            return Ok(None);
+        };
+        let ignored = self.rec.is_ignored(&path, is_dir)
+            && to_path
+                .as_ref()
+                .is_none_or(|t| self.rec.is_ignored(t, is_dir));
+        if ignored {
+            return Ok(None);
+        }
+        let actor = self.attrib.actor(pid);
+        self.rec
+            .begin(op, path, to_path, actor, before, target, None)
+    }
+
+    /// Ends a recorded change: commits it with `after` when the change was made, cancels it
+    /// otherwise.
+    pub(super) fn finish<T>(
+        &self,
+        ticket: Option<Ticket>,
+        result: &Result<T, Errno>,
+        after: impl FnOnce() -> After,
+    ) {
+        let Some(t) = ticket else { return };
+        if result.is_ok() {
+            self.rec.commit(t, after());
+        } else {
+            self.rec.cancel(t);
+        }
+    }
+
+    /// The state now at `parent/name`, for `After`.
+    pub(super) fn after_at(&self, parent: &Node, name: &OsStr) -> After {
+        match rustix::fs::openat(
+            &parent.fd,
+            name,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        ) {
+            Ok(fd) => After::State(self.rec.state_of(fd.as_fd())),
+            Err(_) => After::Absent,
+        }
+    }
+
+    /// The new content of a file, read later by the capture worker.
+    pub(super) fn after_content(&self, node: &Node) -> After {
+        match rustix::io::dup(&node.fd) {
+            Ok(fd) => After::Content(fd),
+            Err(_) => After::State(self.rec.state_of(node.fd.as_fd())),
+        }
+    }
+
+    /// An `O_PATH` descriptor of `parent/name` (for before-states), if it exists.
+    pub(super) fn peek(&self, parent: &Node, name: &OsStr) -> Option<OwnedFd> {
+        rustix::fs::openat(
+            &parent.fd,
+            name,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok()
+    }
+
+    /// Whether an ignore file changed (the capture rules reload).
+    pub(super) fn note_ignore_file(&self, name: &OsStr) {
+        if crate::capture::ignore::is_ignore_file(name.as_bytes()) {
+            self.rec.ignore_files_changed();
+        }
+    }
+}
+
+/// Which recorded operation a setattr is.
+pub(super) fn setattr_op(size: bool, mode: bool, owner: bool) -> Op {
+    if size {
+        Op::Truncate
+    } else if mode {
+        Op::Chmod
+    } else if owner {
+        Op::Chown
+    } else {
+        Op::Utimens
+    }
+}
