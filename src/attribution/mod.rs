@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::timeline::Actor;
 
@@ -26,8 +27,13 @@ fn read_actor(pid: u32) -> Actor {
 
 #[derive(Default)]
 pub struct Attributor {
-    cache: Mutex<HashMap<u32, (u64, Actor)>>,
+    /// pid -> (start time, when it was last checked, actor).
+    cache: Mutex<HashMap<u32, (u64, Instant, Actor)>>,
 }
+
+/// How long a cached pid is trusted without re-reading its start time. A pid cannot be
+/// recycled this fast: the kernel hands out every other pid first.
+const RECHECK: Duration = Duration::from_millis(500);
 
 /// Above this many cached processes the cache starts over.
 const CACHE_LIMIT: usize = 4096;
@@ -37,10 +43,20 @@ impl Attributor {
         if pid == 0 {
             return Actor::default();
         }
+        let now = Instant::now();
+        {
+            let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, checked, a)) = c.get(&pid) {
+                if now.duration_since(*checked) < RECHECK {
+                    return a.clone();
+                }
+            }
+        }
         let st = start_time(pid).unwrap_or(0);
         let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((t, a)) = c.get(&pid) {
+        if let Some((t, checked, a)) = c.get_mut(&pid) {
             if *t == st {
+                *checked = now;
                 return a.clone();
             }
         }
@@ -48,7 +64,7 @@ impl Attributor {
         if c.len() >= CACHE_LIMIT {
             c.clear();
         }
-        c.insert(pid, (st, a.clone()));
+        c.insert(pid, (st, now, a.clone()));
         a
     }
 }

@@ -124,6 +124,8 @@ pub(super) struct Shared {
     known: Mutex<HashMap<InodeKey, Known>>,
     proc_fd: OwnedFd,
     pub root: OwnedFd,
+    /// Files larger than this are hashed, never stored.
+    max_size: u64,
 }
 
 impl Shared {
@@ -188,6 +190,7 @@ impl Recorder {
             known: Mutex::new(HashMap::new()),
             proc_fd,
             root,
+            max_size: cfg.max_size,
         });
         let last = super::recovery::recover(&shared, agx, &mut timeline)?;
         let reader_root = rustix::io::dup(&shared.root)
@@ -494,6 +497,7 @@ pub(super) fn ingest_live(
     shared: &Shared,
     fd: &OwnedFd,
     base: Option<&ContentHash>,
+    keep: bool,
 ) -> Result<ObjState, super::CaptureError> {
     let st = rustix::fs::fstat(fd).map_err(|e| super::CaptureError::io("stat")(e.into()))?;
     let kind = kind_of(&st);
@@ -508,6 +512,15 @@ pub(super) fn ingest_live(
     let file = shared
         .reopen_read(fd)
         .map_err(super::CaptureError::io("reading an after-image"))?;
+    if !keep || st.st_size as u64 > shared.max_size {
+        let (hash, _) =
+            hash_file(&file).map_err(super::CaptureError::io("hashing an after-image"))?;
+        return Ok(ObjState {
+            kind,
+            hash: Some(hash),
+            meta: Some(meta),
+        });
+    }
     let put = shared.store.put_reader(std::fs::File::from(file), base)?;
     if let Ok(st2) = rustix::fs::fstat(fd) {
         if known_of(&st2, put.hash) == known_of(&st, put.hash) {
@@ -578,7 +591,11 @@ pub(super) fn finish(shared: &Shared, t: Ticket, after: After, base: Option<Cont
         }
         After::Content(fd) => {
             let b = e.before.hash;
-            match ingest_live(shared, &fd, b.as_ref()) {
+            // A modified file is likely to be modified again: its stored after-image is
+            // the next before-image for free. A new file is only hashed (its first
+            // change will copy it), which keeps bulk creation (untar, builds) cheap.
+            let keep = e.op != Op::Create;
+            match ingest_live(shared, &fd, b.as_ref(), keep) {
                 Ok(s) => s,
                 Err(err) => {
                     log::error!("event {}: cannot read the after-image: {err}", e.seq);

@@ -243,13 +243,14 @@ impl AgxFs {
         Ok(self.entry_attr(&node, &st))
     }
 
-    /// Whether the object behind `fd` may still change (open for writing through the
-    /// mount), so a hard link would not keep its before-image.
+    /// Whether the object behind `fd` is open through the mount. Its before-image is then
+    /// copied, not hard-linked: a writer could change a linked copy, and a reader would see
+    /// the extra link in its nlink.
     fn may_change(&self, fd: &std::os::fd::OwnedFd) -> bool {
         rustix::fs::fstat(fd)
             .ok()
             .and_then(|st| self.inodes.find(super::key_of(&st)))
-            .is_some_and(|n| n.writers() > 0)
+            .is_some_and(|n| n.opens() > 0)
     }
 
     pub(super) fn do_remove(

@@ -342,6 +342,7 @@ impl AgxFs {
         ticket: Option<Ticket>,
         register: impl FnOnce(&std::os::fd::OwnedFd) -> std::io::Result<BackingId>,
     ) -> Opened {
+        node.add_open();
         if writable {
             node.add_writer();
         }
@@ -389,6 +390,7 @@ impl AgxFs {
     pub(super) fn do_release(&self, fh: HandleId) {
         if let Some(h) = self.handles.remove(fh) {
             if let Handle::File(f) = &*h {
+                f.node.drop_open();
                 if f.writable {
                     f.node.drop_writer();
                 }

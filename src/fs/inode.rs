@@ -41,6 +41,8 @@ pub struct Node {
     pub backing: Mutex<BackingSlot>,
     /// Open handles that may write to this node.
     writers: std::sync::atomic::AtomicU32,
+    /// Open handles of any kind (readers can see a hard link's nlink).
+    opens: std::sync::atomic::AtomicU32,
 }
 
 impl Node {
@@ -50,6 +52,21 @@ impl Node {
 
     pub fn add_writer(&self) {
         self.writers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Open handles of any kind.
+    pub fn opens(&self) -> u32 {
+        self.opens.load(Ordering::Relaxed)
+    }
+
+    pub fn add_open(&self) {
+        self.opens.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn drop_open(&self) {
+        let _ = self
+            .opens
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| w.checked_sub(1));
     }
 
     pub fn drop_writer(&self) {
@@ -93,6 +110,7 @@ impl InodeTable {
             place: Mutex::new((NodeId::ROOT, OsString::new())),
             backing: Mutex::new(BackingSlot::default()),
             writers: Default::default(),
+            opens: Default::default(),
         });
         let mut maps = Maps::default();
         maps.by_id.insert(NodeId::ROOT, root);
@@ -155,6 +173,7 @@ impl InodeTable {
             place: Mutex::new((parent, name.to_os_string())),
             backing: Mutex::new(BackingSlot::default()),
             writers: Default::default(),
+            opens: Default::default(),
         });
         maps.by_id.insert(id, node.clone());
         maps.by_key.insert(key, id);

@@ -69,6 +69,8 @@ pub struct Store {
     dir: OwnedFd,
     fsync: bool,
     counter: AtomicU64,
+    /// Which of the 256 fan-out directories are known to exist.
+    fanout: [std::sync::atomic::AtomicBool; 256],
 }
 
 fn rel(h: &ContentHash) -> String {
@@ -97,6 +99,7 @@ impl Store {
             dir,
             fsync,
             counter: AtomicU64::new(0),
+            fanout: std::array::from_fn(|_| std::sync::atomic::AtomicBool::new(false)),
         })
     }
 
@@ -235,9 +238,12 @@ impl Store {
             f.sync_all().map_err(io("syncing an object"))?;
         }
         let hex = hash.to_hex();
-        match rustix::fs::mkdirat(&self.dir, &hex[..2], Mode::from_raw_mode(0o700)) {
-            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-            Err(e) => return Err(rio("creating an object directory")(e)),
+        let known = &self.fanout[hash.0[0] as usize];
+        if !known.load(Ordering::Relaxed) {
+            match rustix::fs::mkdirat(&self.dir, &hex[..2], Mode::from_raw_mode(0o700)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => known.store(true, Ordering::Relaxed),
+                Err(e) => return Err(rio("creating an object directory")(e)),
+            }
         }
         rustix::fs::renameat(&self.dir, tmp, &self.dir, rel(hash)).map_err(rio("storing an object"))
     }
