@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # agx's main job on the bundled sample project (sample/): copy it to a scratch directory,
 # make it a git repository, mount agx over it in place, let a scripted "agent" work in it
-# with real tools (python, sed, mv, rm, git), show agx's view, unmount, and check that
-# every change reached the disk and that agx's own state stayed out of the project's view
-# and out of git. Exits non-zero if any check fails.
+# with real tools (python, sed, mv, rm, git), show what agx recorded (log, diff), undo the
+# whole session with one restore, check the project is exactly as before, undo the restore,
+# unmount, and check the result on disk. Exits non-zero if any check fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -74,10 +74,27 @@ git -c user.name=agent -c user.email=agent@example.com commit -qm "agent: add po
 git log --oneline | head -3
 
 step "agx's view inside the mount"
-ls -la "$proj" | sed 's/^/   /'
 check '[ -d "$proj/.agx" ] && [ -z "$(ls -A "$proj/.agx")" ]' ".agx/ in the mount is agx's virtual (empty, read-only) directory"
 check '! touch "$proj/.agx/x" 2>/dev/null' "writes into .agx/ are refused"
 check '[ -z "$(git status --porcelain 2>&1)" ]' "git status is clean and quiet: .agx/ is excluded"
+
+step "agx log: every change, who made it (newest first)"
+"$agx" log | sed 's/^/   /'
+
+step "agx diff --stat (since the mount)"
+"$agx" diff --stat | sed 's/^/   /'
+step "agx diff -- calc/__init__.py"
+"$agx" diff -- calc/__init__.py | sed 's/^/   /'
+
+step "agx restore event:1: undo everything the agent did"
+"$agx" restore event:1 --yes --reason "demo: undo the agent" 2>&1 | tail -3 | sed 's/^/   /'
+check 'diff -r --exclude=.git --exclude=.agx "$repo/sample" "$proj" >/dev/null' "the working tree is exactly the sample again"
+check '[ "$(git log --oneline | wc -l)" -eq 1 ] && [ -z "$(git status --porcelain 2>&1)" ]' "git is back at the initial commit, clean"
+first_restore=$("$agx" log --json | python3 -c 'import json,sys; print(min(e["seq"] for e in json.load(sys.stdin) if (e["note"] or "").startswith("restore")))')
+
+step "agx restore event:$first_restore: the restore itself can be undone"
+"$agx" restore "event:$first_restore" --yes 2>&1 | tail -2 | sed 's/^/   /'
+check '[ -f calc/power.py ] && grep -q "checked" calc/ops.py && [ "$(git log --oneline | wc -l)" -eq 2 ]' "the agent's work is back, commit included"
 
 step "agx unmount $proj"
 cd /
