@@ -3,7 +3,17 @@
 
 use std::io::Write;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 struct Logger;
+
+/// Set once anything at warning level or above was logged.
+static WARNED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a warning or error was logged in this process.
+pub fn warned() -> bool {
+    WARNED.load(Ordering::Relaxed)
+}
 
 impl log::Log for Logger {
     fn enabled(&self, m: &log::Metadata<'_>) -> bool {
@@ -13,6 +23,14 @@ impl log::Log for Logger {
     fn log(&self, r: &log::Record<'_>) {
         if !self.enabled(r.metadata()) {
             return;
+        }
+        // fuser unmounts again when its session ends; after `agx unmount` that second
+        // attempt fails harmlessly (EINVAL: nothing mounted there any more).
+        if r.target() == "fuser::session" && r.args().to_string().starts_with("Failed to umount") {
+            return;
+        }
+        if r.level() <= log::Level::Warn {
+            WARNED.store(true, Ordering::Relaxed);
         }
         let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ");
         let mut err = std::io::stderr().lock();

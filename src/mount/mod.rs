@@ -420,6 +420,11 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
         let _ = std::fs::remove_file(&p.state_path);
     }
     log::info!("daemon for {} exits", p.project.display());
+    // A clean run leaves no log behind; one with warnings keeps it for `agx status`'s
+    // next reader.
+    if notify && res.is_ok() && !crate::logging::warned() {
+        let _ = std::fs::remove_file(&p.log_path);
+    }
     res.map_err(|e| MountError::io("serving the mount", e))
 }
 
