@@ -47,6 +47,10 @@ pub struct FsConfig {
     /// Ask the kernel for FUSE passthrough of open regular files. Default: on when running
     /// with CAP_SYS_ADMIN (root), which the kernel requires.
     pub passthrough: bool,
+    /// Record changes (before-images and events). Default on; off (`AGX_CAPTURE=0`) gives
+    /// the plain mount, for measuring what capture costs. Never turn it off for real work:
+    /// changes made meanwhile cannot be restored.
+    pub capture: bool,
 }
 
 impl Default for FsConfig {
@@ -54,6 +58,7 @@ impl Default for FsConfig {
         FsConfig {
             ttl: Duration::from_secs(3600),
             passthrough: rustix::process::geteuid().is_root(),
+            capture: true,
         }
     }
 }

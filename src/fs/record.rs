@@ -67,6 +67,9 @@ impl AgxFs {
         before: Before<'_>,
         target: Option<Before<'_>>,
     ) -> Result<Option<Ticket>, Errno> {
+        if !self.cfg.capture {
+            return Ok(None);
+        }
         let Some(path) = path else {
             log::warn!("{op:?}: the path of a node is unknown; not recorded");
             return Ok(None);

@@ -296,6 +296,10 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
     if std::env::var("AGX_PASSTHROUGH").is_ok_and(|v| v == "0") {
         cfg.passthrough = false;
     }
+    if std::env::var("AGX_CAPTURE").is_ok_and(|v| v == "0") {
+        log::warn!("AGX_CAPTURE=0: changes are not recorded (plain mount, for measurements)");
+        cfg.capture = false;
+    }
     let report = Arc::new(Mutex::new(None));
     let fs = AgxFs::new(root, cfg, engine.recorder.clone(), report.clone())
         .map_err(|e| MountError::io(p.project.display().to_string(), e))?;
