@@ -15,12 +15,18 @@ use crate::fs::inode::Node;
 use crate::ids::NodeId;
 use crate::timeline::Op;
 
-/// Whether the directory `dir` carries a default ACL.
+/// Whether the directory `dir` carries a default ACL. Cached on the node: ACLs change only
+/// through xattr requests on it, which reset the cache.
 fn has_default_acl(dir: &Node) -> bool {
-    matches!(
+    if let Some(known) = dir.default_acl() {
+        return known;
+    }
+    let has = matches!(
         rustix::fs::getxattr_query(super::proc_path(&dir.fd), "system.posix_acl_default"),
         Ok(n) if n > 0
-    )
+    );
+    dir.set_default_acl(Some(has));
+    has
 }
 
 /// Who a request comes from: new objects belong to them.

@@ -43,6 +43,8 @@ pub struct Node {
     writers: std::sync::atomic::AtomicU32,
     /// Open handles of any kind (readers can see a hard link's nlink).
     opens: std::sync::atomic::AtomicU32,
+    /// Whether this directory has a default ACL: 0 unknown, 1 no, 2 yes.
+    default_acl: std::sync::atomic::AtomicU8,
 }
 
 impl Node {
@@ -52,6 +54,23 @@ impl Node {
 
     pub fn add_writer(&self) {
         self.writers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn default_acl(&self) -> Option<bool> {
+        match self.default_acl.load(Ordering::Relaxed) {
+            1 => Some(false),
+            2 => Some(true),
+            _ => None,
+        }
+    }
+
+    pub fn set_default_acl(&self, v: Option<bool>) {
+        let x = match v {
+            None => 0,
+            Some(false) => 1,
+            Some(true) => 2,
+        };
+        self.default_acl.store(x, Ordering::Relaxed);
     }
 
     /// Open handles of any kind.
@@ -111,6 +130,7 @@ impl InodeTable {
             backing: Mutex::new(BackingSlot::default()),
             writers: Default::default(),
             opens: Default::default(),
+            default_acl: Default::default(),
         });
         let mut maps = Maps::default();
         maps.by_id.insert(NodeId::ROOT, root);
@@ -174,6 +194,7 @@ impl InodeTable {
             backing: Mutex::new(BackingSlot::default()),
             writers: Default::default(),
             opens: Default::default(),
+            default_acl: Default::default(),
         });
         maps.by_id.insert(id, node.clone());
         maps.by_key.insert(key, id);

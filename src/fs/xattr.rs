@@ -133,6 +133,7 @@ impl AgxFs {
         }
         let node = self.node(ino)?;
         let ticket = self.xattr_event(&node, Op::Setxattr, pid)?;
+        node.set_default_acl(None);
         let t = self.xattr_target(&node)?;
         let flags = XattrFlags::from_bits_retain(flags as u32);
         let r = if t.nofollow {
@@ -159,6 +160,7 @@ impl AgxFs {
         }
         let node = self.node(ino)?;
         let ticket = self.xattr_event(&node, Op::Removexattr, pid)?;
+        node.set_default_acl(None);
         let t = self.xattr_target(&node)?;
         let r = if t.nofollow {
             rustix::fs::lremovexattr(&t.path, name)
