@@ -125,6 +125,7 @@ impl AgxFs {
     ) -> Result<FileAttr, Errno> {
         self.give_to_caller(parent, name, caller, mode)?;
         let (node, st) = self.lookup_node(parent, name)?;
+        node.set_created(caller.pid);
         Ok(self.entry_attr(&node, &st))
     }
 

@@ -128,7 +128,8 @@ impl AgxFs {
         let handle = fh.and_then(|fh| self.handles.get(fh));
         // A change through a handle whose open is being recorded is part of that event
         // (its after-state is taken at release).
-        let in_event = matches!(handle.as_deref(), Some(Handle::File(h)) if h.recording());
+        let in_event = matches!(handle.as_deref(), Some(Handle::File(h)) if h.recording())
+            || (set.size.is_none() && self.part_of_creation(&node, caller.pid));
         let ticket = if in_event {
             None
         } else {
@@ -327,6 +328,9 @@ impl AgxFs {
                 }
             };
         let (node, st) = self.lookup_node(&p, name)?;
+        if ticket.as_ref().is_some_and(|t| t.op() == Op::Create) {
+            node.set_created(caller.pid);
+        }
         let attr = self.entry_attr(&node, &st);
         Ok((
             self.new_file_handle(node, file, true, ticket, register),

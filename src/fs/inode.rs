@@ -45,6 +45,8 @@ pub struct Node {
     opens: std::sync::atomic::AtomicU32,
     /// Whether this directory has a default ACL: 0 unknown, 1 no, 2 yes.
     default_acl: std::sync::atomic::AtomicU8,
+    /// The process that created this object through the mount, and when.
+    created: Mutex<Option<(u32, std::time::Instant)>>,
 }
 
 impl Node {
@@ -71,6 +73,20 @@ impl Node {
             Some(true) => 2,
         };
         self.default_acl.store(x, Ordering::Relaxed);
+    }
+
+    /// Notes that process `pid` just created this object.
+    pub fn set_created(&self, pid: u32) {
+        *self.created.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((pid, std::time::Instant::now()));
+    }
+
+    /// Whether process `pid` created this object within `window`.
+    pub fn created_by(&self, pid: u32, window: std::time::Duration) -> bool {
+        self.created
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|(p, t)| p == pid && t.elapsed() < window)
     }
 
     /// Open handles of any kind.
@@ -131,6 +147,7 @@ impl InodeTable {
             writers: Default::default(),
             opens: Default::default(),
             default_acl: Default::default(),
+            created: Mutex::new(None),
         });
         let mut maps = Maps::default();
         maps.by_id.insert(NodeId::ROOT, root);
@@ -195,6 +212,7 @@ impl InodeTable {
             writers: Default::default(),
             opens: Default::default(),
             default_acl: Default::default(),
+            created: Mutex::new(None),
         });
         maps.by_id.insert(id, node.clone());
         maps.by_key.insert(key, id);

@@ -16,6 +16,12 @@ use crate::timeline::Op;
 /// Deeper than this, a path is not resolved (a loop in the recorded places).
 const MAX_DEPTH: usize = 4096;
 
+/// Metadata changes (mode, owner, times, xattrs) that the creating process makes this soon
+/// after creating an object are part of its creation (tar, cp -a, install and editors
+/// create, then set owner, mode and times): no separate event. The creation event's
+/// after-state is read when the worker records it.
+pub const CREATION_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl AgxFs {
     /// The project-relative path under which the kernel last reached `node` ("" for the
     /// root); None if some ancestor is no longer known.
@@ -100,6 +106,11 @@ impl AgxFs {
         } else {
             self.rec.cancel(t);
         }
+    }
+
+    /// Whether a metadata change of `node` by `pid` belongs to the node's creation.
+    pub(super) fn part_of_creation(&self, node: &Node, pid: u32) -> bool {
+        node.created_by(pid, CREATION_WINDOW)
     }
 
     /// The state now at `parent/name`, for `After`.

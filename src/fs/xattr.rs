@@ -149,6 +149,9 @@ impl AgxFs {
     }
 
     fn xattr_event(&self, node: &Node, op: Op, pid: u32) -> Result<Option<Ticket>, Errno> {
+        if self.part_of_creation(node, pid) {
+            return Ok(None);
+        }
         let is_dir = node.kind == fuser::FileType::Directory;
         let before = Before::Meta(node.fd.as_fd());
         self.record(pid, op, self.path_of(node), is_dir, None, before, None)
