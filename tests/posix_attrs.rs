@@ -480,3 +480,47 @@ fn posix_acls_are_enforced_and_inherited_like_on_disk() {
         assert!(log.iter().any(|l| l == w), "missing {w:?} in {log:#?}");
     }
 }
+
+/// Set-id bits as an unprivileged writer leaves them: cleared by write, append, truncate and
+/// fallocate (set-gid only when group-executable); kept when root writes. agx clears them
+/// itself (FUSE_HANDLE_KILLPRIV_V2), so this pins it on both I/O paths.
+fn setid_kill_ops(dir: &Path) -> Vec<String> {
+    let st = |n: &str| {
+        let md = std::fs::symlink_metadata(dir.join(n)).unwrap();
+        format!("{n} {:o}", md.permissions().mode() & 0o7777)
+    };
+    let mut log = Vec::new();
+    for (name, mode) in [
+        ("w", 0o6777),
+        ("a", 0o6777),
+        ("t", 0o6777),
+        ("g", 0o2767),
+        ("r", 0o6777),
+        ("f", 0o6777),
+    ] {
+        std::fs::write(dir.join(name), "data\n").unwrap();
+        std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let o = util::sh_as_nobody(
+        dir,
+        "printf x | dd of=w conv=notrunc status=none && echo more >> a && truncate -s 2 t \
+         && echo x >> g && fallocate -l 64k f",
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::write(dir.join("r"), "root writes\n").unwrap();
+    for n in ["w", "a", "t", "g", "r", "f"] {
+        log.push(st(n));
+    }
+    log
+}
+
+#[test]
+fn unprivileged_writes_clear_setid_bits_like_on_disk() {
+    let log = same(&[], setid_kill_ops);
+    assert_eq!(log, ["w 777", "a 777", "t 777", "g 767", "r 6777", "f 777"]);
+}
+
+#[test]
+fn unprivileged_writes_clear_setid_bits_without_passthrough() {
+    same(util::NO_PASSTHROUGH, setid_kill_ops);
+}

@@ -29,12 +29,66 @@ pub struct SetAttr {
     pub mtime: Option<TimeOrNow>,
 }
 
+/// What a new handle may do.
+struct HandleOpts {
+    writable: bool,
+    /// May be served by kernel passthrough (not for set-id files).
+    passthrough: bool,
+    /// Clear set-id bits at the first write, as this caller's write would.
+    kill_setid: Option<Caller>,
+}
+
+impl HandleOpts {
+    /// A file just created (never set-id yet).
+    fn created() -> HandleOpts {
+        HandleOpts {
+            writable: true,
+            passthrough: true,
+            kill_setid: None,
+        }
+    }
+}
+
 /// How an open was answered.
 pub struct Opened {
     pub fh: HandleId,
     pub flags: FopenFlags,
     pub node: Arc<Node>,
     pub passthrough: bool,
+}
+
+/// Whether a file with this mode has set-id bits a write may have to clear.
+fn setid(mode: u32) -> bool {
+    mode & (libc::S_ISUID | libc::S_ISGID) != 0
+}
+
+/// Whether `caller` is in group `gid` (primary or supplementary, from /proc).
+fn in_group(caller: Caller, gid: u32) -> bool {
+    if caller.gid == gid {
+        return true;
+    }
+    std::fs::read_to_string(format!("/proc/{}/status", caller.pid))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Groups:"))
+                .map(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
+        })
+        .unwrap_or(false)
+}
+
+/// The set-id bits an unprivileged `caller` writing to a file clears, as the kernel's
+/// `should_remove_suid`: set-uid always; set-gid when group-executable or when the caller
+/// is not in the file's group. Privileged callers (root) clear nothing.
+fn bits_to_clear(mode: u32, file_gid: u32, caller: Caller) -> u32 {
+    if caller.uid == 0 {
+        return 0;
+    }
+    let mut clear = mode & libc::S_ISUID;
+    if mode & libc::S_ISGID != 0 && (mode & libc::S_IXGRP != 0 || !in_group(caller, file_gid)) {
+        clear |= libc::S_ISGID;
+    }
+    clear
 }
 
 fn writes(flags: OFlags) -> bool {
@@ -125,6 +179,20 @@ impl AgxFs {
             return Err(Errno::EROFS);
         }
         let node = self.node(ino)?;
+        let empty = set.mode.is_none()
+            && set.uid.is_none()
+            && set.gid.is_none()
+            && set.size.is_none()
+            && set.atime.is_none()
+            && set.mtime.is_none();
+        if empty {
+            // With FUSE_HANDLE_KILLPRIV_V2 the kernel asks agx to clear set-id bits before an
+            // unprivileged write, truncate or chown with a SETATTR that changes nothing else
+            // (its FATTR_KILL_SUIDGID flag does not reach us); the attributes replied are
+            // what the kernel caches. `kill_setid` clears nothing for root.
+            self.kill_setid(&node, caller)?;
+            return self.do_getattr(ino, fh);
+        }
         let handle = fh.and_then(|fh| self.handles.get(fh));
         // A change through a handle whose open is being recorded is part of that event
         // (its after-state is taken at release).
@@ -155,7 +223,14 @@ impl AgxFs {
             )?
         };
         let sized = set.size.is_some();
+        let kill = sized && set.mode.is_none() && caller.uid != 0;
         let r = self.apply_setattr(ino, &node, handle.as_deref(), set);
+        let r = match r {
+            Ok(a) if kill && setid(a.perm as u32) => self
+                .kill_setid(&node, caller)
+                .and_then(|()| self.do_getattr(ino, fh)),
+            r => r,
+        };
         self.finish(ticket, &r, || {
             if sized {
                 self.after_content(&node)
@@ -267,7 +342,34 @@ impl AgxFs {
                 return Err(e);
             }
         };
-        Ok(self.new_file_handle(node, file, writes(oflags), ticket, register))
+        let special = rustix::fs::fstat(&file).is_ok_and(|st| setid(st.st_mode));
+        let kill = special && writes(oflags) && caller.uid != 0;
+        if kill && oflags.contains(OFlags::TRUNC) {
+            self.kill_setid(&node, caller)?;
+        }
+        let opts = HandleOpts {
+            writable: writes(oflags),
+            passthrough: !special,
+            kill_setid: kill.then_some(caller),
+        };
+        Ok(self.new_file_handle(node, file, opts, ticket, register))
+    }
+
+    /// Clears the set-id bits `caller`'s write, truncation or allocation removes from
+    /// `node`, as the kernel would have without FUSE_HANDLE_KILLPRIV_V2.
+    pub(super) fn kill_setid(&self, node: &Node, caller: Caller) -> Result<(), Errno> {
+        let st = rustix::fs::fstat(&node.fd).or_errno()?;
+        let clear = bits_to_clear(st.st_mode, st.st_gid, caller);
+        if clear == 0 {
+            return Ok(());
+        }
+        rustix::fs::chmodat(
+            &self.proc_fd,
+            super::fd_name(node.fd.as_fd()),
+            Mode::from_raw_mode(st.st_mode & 0o7777 & !clear),
+            AtFlags::empty(),
+        )
+        .or_errno()
     }
 
     pub(super) fn do_create(
@@ -333,7 +435,7 @@ impl AgxFs {
         }
         let attr = self.entry_attr(&node, &st);
         Ok((
-            self.new_file_handle(node, file, true, ticket, register),
+            self.new_file_handle(node, file, HandleOpts::created(), ticket, register),
             attr,
         ))
     }
@@ -342,16 +444,19 @@ impl AgxFs {
         &self,
         node: Arc<Node>,
         file: std::os::fd::OwnedFd,
-        writable: bool,
+        opts: HandleOpts,
         ticket: Option<Ticket>,
         register: impl FnOnce(&std::os::fd::OwnedFd) -> std::io::Result<BackingId>,
     ) -> Opened {
+        let writable = opts.writable;
         node.add_open();
         if writable {
             node.add_writer();
         }
         let mut passthrough = false;
-        if self.passthrough.load(Ordering::Relaxed) {
+        // Set-id files are never passed through: writes must reach agx, which clears the
+        // bits (and an inode's opens must all be passthrough or none).
+        if opts.passthrough && self.passthrough.load(Ordering::Relaxed) {
             let mut slot = node.backing.lock().unwrap_or_else(|e| e.into_inner());
             if slot.id.is_none() {
                 match register(&file) {
@@ -374,6 +479,7 @@ impl AgxFs {
             passthrough,
             writable,
             ticket: std::sync::Mutex::new(ticket),
+            kill_setid: std::sync::Mutex::new(opts.kill_setid),
         }));
         // The kernel refuses page-cache flags on passthrough opens (the backing file's
         // cache is the one used); without passthrough the cache stays valid across opens
@@ -454,8 +560,32 @@ impl AgxFs {
         })
     }
 
-    pub(super) fn do_write(&self, fh: HandleId, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+    pub(super) fn do_write(
+        &self,
+        fh: HandleId,
+        offset: u64,
+        data: &[u8],
+        kill: bool,
+    ) -> Result<u32, Errno> {
         self.with_file(fh, |h| {
+            let pending = h
+                .kill_setid
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(c) = pending {
+                self.kill_setid(&h.node, c)?;
+            } else if kill {
+                // The kernel asked (FUSE_WRITE_KILL_SUIDGID): it judged the writer
+                // unprivileged; clear both bits as its should_remove_suid does.
+                let any = Caller {
+                    uid: u32::MAX,
+                    gid: u32::MAX,
+                    umask: 0,
+                    pid: 0,
+                };
+                self.kill_setid(&h.node, any)?;
+            }
             let mut done = 0;
             while done < data.len() {
                 let n =
@@ -501,10 +631,11 @@ impl AgxFs {
         offset: u64,
         length: u64,
         mode: i32,
-        pid: u32,
+        caller: Caller,
     ) -> Result<(), Errno> {
         self.with_file(fh, |h| {
-            let t = self.content_event(h, Op::Fallocate, pid)?;
+            let t = self.content_event(h, Op::Fallocate, caller.pid)?;
+            self.kill_setid(&h.node, caller)?;
             let r = rustix::fs::fallocate(
                 &h.file,
                 FallocateFlags::from_bits_retain(mode as u32),
@@ -537,14 +668,15 @@ impl AgxFs {
         fh_out: HandleId,
         offset_out: u64,
         len: u64,
-        pid: u32,
+        caller: Caller,
     ) -> Result<u32, Errno> {
         let hin = self.file_handle(fh_in)?;
         let hout = self.file_handle(fh_out)?;
         let (Handle::File(i), Handle::File(o)) = (&*hin, &*hout) else {
             return Err(Errno::EBADF);
         };
-        let t = self.content_event(o, Op::Write, pid)?;
+        let t = self.content_event(o, Op::Write, caller.pid)?;
+        self.kill_setid(&o.node, caller)?;
         let mut off_in = offset_in;
         let mut off_out = offset_out;
         let len = len.min(u32::MAX as u64 & !0xfff) as usize;

@@ -23,6 +23,9 @@ pub struct FileHandle {
     pub writable: bool,
     /// The event recording this open (from open or create to release).
     pub ticket: Mutex<Option<Ticket>>,
+    /// Opened for writing by an unprivileged caller on a set-id file: the first write
+    /// clears the set-id bits (the kernel leaves that to agx, see `kill_setid`).
+    pub kill_setid: Mutex<Option<crate::fs::entry::Caller>>,
 }
 
 impl FileHandle {

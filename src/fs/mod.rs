@@ -9,7 +9,7 @@
 
 pub mod attr;
 mod dir;
-mod entry;
+pub(crate) mod entry;
 mod file;
 pub mod handle;
 pub mod inode;
@@ -201,6 +201,10 @@ impl AgxFs {
             (InitFlags::FUSE_ATOMIC_O_TRUNC, "atomic_o_trunc"),
             (InitFlags::FUSE_ASYNC_DIO, "async_dio"),
             (InitFlags::FUSE_MAX_PAGES, "max_pages"),
+            // agx clears set-id bits itself (file.rs, `kill_setid`); in return the kernel
+            // marks the superblock SB_NOSEC and stops asking for security.capability
+            // before every write().
+            (InitFlags::FUSE_HANDLE_KILLPRIV_V2, "handle_killpriv_v2"),
             // The kernel enforces POSIX ACLs (read through getxattr) and leaves umask to
             // agx, which applies it unless a default ACL decides (see creation_mode).
             (InitFlags::FUSE_POSIX_ACL, "posix_acl"),

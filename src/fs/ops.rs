@@ -284,7 +284,12 @@ impl Filesystem for AgxFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.do_write(hid(fh), offset, data) {
+        match self.do_write(
+            hid(fh),
+            offset,
+            data,
+            _write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID),
+        ) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }
@@ -483,7 +488,7 @@ impl Filesystem for AgxFs {
     ) {
         reply_empty(
             reply,
-            self.do_fallocate(hid(fh), offset, length, mode, req.pid()),
+            self.do_fallocate(hid(fh), offset, length, mode, caller(req)),
         );
     }
 
@@ -539,7 +544,7 @@ impl Filesystem for AgxFs {
             hid(fh_out),
             offset_out,
             len,
-            req.pid(),
+            caller(req),
         ) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
