@@ -129,6 +129,32 @@ impl AgxFs {
         Ok(self.entry_attr(&node, &st))
     }
 
+    /// Creates a new non-regular object `name` in `parent` with `make` (given the parent
+    /// and the mode after umask), recorded as `op`, then gives it to the caller. `mode`
+    /// carries the file type bits.
+    fn make_object(
+        &self,
+        parent: NodeId,
+        name: &OsStr,
+        caller: Caller,
+        op: Op,
+        mode: u32,
+        make: impl FnOnce(&Node, u32) -> Result<(), Errno>,
+    ) -> Result<FileAttr, Errno> {
+        let p = self.writable_parent(parent, name)?;
+        let path = self.child_path(&p, name);
+        let is_dir = op == Op::Mkdir;
+        let t = self.record(caller.pid, op, path, is_dir, None, Before::Absent, None)?;
+        let mode = if op == Op::Symlink {
+            mode
+        } else {
+            self.creation_mode(&p, mode, caller)
+        };
+        let r = make(&p, mode).and_then(|()| self.finish_new(&p, name, caller, mode));
+        self.finish(t, &r, || self.after_at(&p, name));
+        r
+    }
+
     pub(super) fn do_mkdir(
         &self,
         parent: NodeId,
@@ -136,23 +162,10 @@ impl AgxFs {
         mode: u32,
         caller: Caller,
     ) -> Result<FileAttr, Errno> {
-        let p = self.writable_parent(parent, name)?;
-        let path = self.child_path(&p, name);
-        let t = self.record(
-            caller.pid,
-            Op::Mkdir,
-            path,
-            true,
-            None,
-            Before::Absent,
-            None,
-        )?;
-        let mode = self.creation_mode(&p, mode, caller);
-        let r = rustix::fs::mkdirat(&p.fd, name, Mode::from_raw_mode(mode & 0o7777))
-            .or_errno()
-            .and_then(|()| self.finish_new(&p, name, caller, mode | libc::S_IFDIR));
-        self.finish(t, &r, || self.after_at(&p, name));
-        r
+        let mode = (mode & 0o7777) | libc::S_IFDIR;
+        self.make_object(parent, name, caller, Op::Mkdir, mode, |p, m| {
+            rustix::fs::mkdirat(&p.fd, name, Mode::from_raw_mode(m & 0o7777)).or_errno()
+        })
     }
 
     pub(super) fn do_mknod(
@@ -163,29 +176,16 @@ impl AgxFs {
         rdev: u32,
         caller: Caller,
     ) -> Result<FileAttr, Errno> {
-        let p = self.writable_parent(parent, name)?;
-        let path = self.child_path(&p, name);
-        let t = self.record(
-            caller.pid,
-            Op::Mknod,
-            path,
-            false,
-            None,
-            Before::Absent,
-            None,
-        )?;
-        let mode = self.creation_mode(&p, mode, caller);
-        let r = rustix::fs::mknodat(
-            &p.fd,
-            name,
-            RxType::from_raw_mode(mode),
-            Mode::from_raw_mode(mode & 0o7777),
-            rdev as u64,
-        )
-        .or_errno()
-        .and_then(|()| self.finish_new(&p, name, caller, mode));
-        self.finish(t, &r, || self.after_at(&p, name));
-        r
+        self.make_object(parent, name, caller, Op::Mknod, mode, |p, m| {
+            rustix::fs::mknodat(
+                &p.fd,
+                name,
+                RxType::from_raw_mode(m),
+                Mode::from_raw_mode(m & 0o7777),
+                rdev as u64,
+            )
+            .or_errno()
+        })
     }
 
     pub(super) fn do_symlink(
@@ -195,22 +195,10 @@ impl AgxFs {
         target: &Path,
         caller: Caller,
     ) -> Result<FileAttr, Errno> {
-        let p = self.writable_parent(parent, name)?;
-        let path = self.child_path(&p, name);
-        let t = self.record(
-            caller.pid,
-            Op::Symlink,
-            path,
-            false,
-            None,
-            Before::Absent,
-            None,
-        )?;
-        let r = rustix::fs::symlinkat(target, &p.fd, name)
-            .or_errno()
-            .and_then(|()| self.finish_new(&p, name, caller, libc::S_IFLNK | 0o777));
-        self.finish(t, &r, || self.after_at(&p, name));
-        r
+        let mode = libc::S_IFLNK | 0o777;
+        self.make_object(parent, name, caller, Op::Symlink, mode, |p, _| {
+            rustix::fs::symlinkat(target, &p.fd, name).or_errno()
+        })
     }
 
     pub(super) fn do_link(
