@@ -9,6 +9,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
+use super::state::Stamp;
 use crate::timeline::{Event, ObjState};
 
 pub const NAME: &str = "journal";
@@ -28,10 +29,14 @@ pub enum Record {
         /// The state after the change when the caller knew it; None: read it from the
         /// live file.
         after: Option<ObjState>,
+        /// With `after: None`: the file's stamp at commit. The live file is this event's
+        /// after-state only while its stamp is still this one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stamp: Option<Stamp>,
     },
-    Cancel {
-        seq: i64,
-    },
+    /// The mutation failed, or (written by the worker) it changed nothing: there is no
+    /// event to record.
+    Cancel { seq: i64 },
 }
 
 pub struct Journal {
@@ -53,13 +58,21 @@ impl Journal {
         Ok(Journal { file, fsync, len })
     }
 
-    /// Appends one record with a single write.
+    /// Appends one record with a single write. A record that cannot be written whole (a
+    /// full disk) is cut off again, so the next record does not continue a torn line.
     pub fn append(&mut self, r: &Record) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(r).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        self.file.write_all(&line)?;
-        if self.fsync {
-            self.file.sync_data()?;
+        let written = self.file.write_all(&line).and_then(|()| {
+            if self.fsync {
+                self.file.sync_data()
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = written {
+            let _ = self.file.set_len(self.len);
+            return Err(e);
         }
         self.len += line.len() as u64;
         Ok(())

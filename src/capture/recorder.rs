@@ -25,7 +25,7 @@ use super::config::CaptureConfig;
 use super::ignore::IgnoreRules;
 use super::journal::{Journal, Record};
 use super::staging::{hash_file, Staging};
-use super::state::{key_of, kind_of, meta_of};
+use super::state::{key_of, kind_of, meta_of, stamp_of, Stamp};
 use crate::ids::{ContentHash, InodeKey, Seq};
 use crate::store::Store;
 use crate::timeline::{Actor, Event, Kind, ObjState, Op, Timeline};
@@ -57,11 +57,42 @@ pub enum After {
     Content(OwnedFd),
 }
 
-/// A begun event.
+/// A begun event. (Kept small: open file handles carry one.)
 pub struct Ticket {
     event: Box<Event>,
     staged: Option<String>,
     target_staged: Option<String>,
+    stamps: Box<Stamps>,
+}
+
+/// What tells whether a content change changed anything, and which content it left.
+#[derive(Default)]
+struct Stamps {
+    /// For a content change: the file's stamp just before its before-image was taken.
+    begun: Option<Stamp>,
+    /// The file's stamp when the event was committed with `After::Content`: the content
+    /// the worker reads later is this event's after-image only if the stamp still holds.
+    /// None when another content change of the file began before this one ended (its
+    /// changes may then be in that stamp too).
+    committed: Option<Stamp>,
+    /// The file's stamp when the event was committed, also when another change overlapped:
+    /// equal to `begun`, nobody changed the file during the event.
+    ended: Option<Stamp>,
+    /// For a content change: its place among the open content events of the file.
+    slot: Option<Slot>,
+}
+
+/// A content event's registration in [`Shared::open`]: the file and the generation it
+/// began at.
+type Slot = (InodeKey, u64);
+
+/// The content events of one file that have begun and not ended.
+#[derive(Default)]
+struct OpenEvents {
+    count: u32,
+    /// Bumped by every begin: an event that sees another generation at its end overlapped
+    /// with a later change of the same file.
+    gen: u64,
 }
 
 impl Ticket {
@@ -69,11 +100,16 @@ impl Ticket {
         event: Event,
         staged: Option<String>,
         target_staged: Option<String>,
+        committed: Option<Stamp>,
     ) -> Ticket {
         Ticket {
             event: Box::new(event),
             staged,
             target_staged,
+            stamps: Box::new(Stamps {
+                committed,
+                ..Stamps::default()
+            }),
         }
     }
 
@@ -122,6 +158,8 @@ pub(super) struct Shared {
     /// Begun events not yet in the timeline (or dropped).
     inflight: AtomicI64,
     known: Mutex<HashMap<InodeKey, Known>>,
+    /// Files with content events in progress (see [`OpenEvents`]).
+    open: Mutex<HashMap<InodeKey, OpenEvents>>,
     proc_fd: OwnedFd,
     pub root: OwnedFd,
     /// Files larger than this are hashed, never stored.
@@ -188,6 +226,7 @@ impl Recorder {
             journal: Mutex::new(journal),
             inflight: AtomicI64::new(0),
             known: Mutex::new(HashMap::new()),
+            open: Mutex::new(HashMap::new()),
             proc_fd,
             root,
             max_size: cfg.max_size,
@@ -247,13 +286,49 @@ impl Recorder {
     ) -> Result<Option<Ticket>, Errno> {
         let seq = Seq(self.next_seq.fetch_add(1, Ordering::Relaxed));
         self.shared.inflight.fetch_add(1, Ordering::SeqCst);
+        let slot = match &before {
+            Before::Content(fd) => self.enter(*fd),
+            _ => None,
+        };
         match self.begin_inner(seq, op, path, to_path, actor, before, target, note) {
-            Ok(t) => Ok(Some(t)),
+            Ok(mut t) => {
+                t.stamps.slot = slot;
+                Ok(Some(t))
+            }
             Err(e) => {
+                self.leave(slot);
                 self.shared.inflight.fetch_sub(1, Ordering::SeqCst);
                 Err(e)
             }
         }
+    }
+
+    /// Registers a content event of the file behind `fd` as begun.
+    fn enter(&self, fd: BorrowedFd<'_>) -> Option<Slot> {
+        let key = key_of(&rustix::fs::fstat(fd).ok()?);
+        let mut open = self.shared.open.lock().unwrap_or_else(|e| e.into_inner());
+        let o = open.entry(key).or_default();
+        o.count += 1;
+        o.gen += 1;
+        Some((key, o.gen))
+    }
+
+    /// Ends a content event's registration; true when another content event of the same
+    /// file began after it.
+    fn leave(&self, slot: Option<Slot>) -> bool {
+        let Some((key, gen)) = slot else {
+            return false;
+        };
+        let mut open = self.shared.open.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(o) = open.get_mut(&key) else {
+            return false;
+        };
+        let overlapped = o.gen != gen;
+        o.count -= 1;
+        if o.count == 0 {
+            open.remove(&key);
+        }
+        overlapped
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -268,6 +343,11 @@ impl Recorder {
         target: Option<Before<'_>>,
         note: Option<String>,
     ) -> Result<Ticket, Errno> {
+        // Stamped before the copy: a change racing with it moves the stamp.
+        let begun = match &before {
+            Before::Content(fd) => rustix::fs::fstat(fd).ok().map(|st| stamp_of(&st)),
+            _ => None,
+        };
         let (before, staged, captured) = self.take(before, &seq.0.to_string())?;
         let (target_before, target_staged) = match target {
             Some(t) => match self.take(t, &format!("{}.t", seq.0)) {
@@ -295,11 +375,8 @@ impl Recorder {
             session: None,
             note,
         };
-        let ticket = Ticket {
-            event: Box::new(event),
-            staged,
-            target_staged,
-        };
+        let mut ticket = Ticket::from_parts(event, staged, target_staged, None);
+        ticket.stamps.begun = begun;
         let rec = Record::Begin {
             event: ticket.event.clone(),
             staged: ticket.staged.clone(),
@@ -419,15 +496,25 @@ impl Recorder {
     }
 
     /// Finishes an event with the state after the mutation.
-    pub fn commit(&self, t: Ticket, after: After) {
+    pub fn commit(&self, mut t: Ticket, after: After) {
         let known_after = match &after {
             After::State(s) => Some(s.clone()),
             After::Absent => Some(ObjState::absent()),
-            After::Content(_) => None,
+            After::Content(fd) => {
+                // Stamped first, then checked for a later change that began meanwhile
+                // (one that begins after the check moves the stamp).
+                let stamp = rustix::fs::fstat(fd).ok().map(|st| stamp_of(&st));
+                let overlapped = self.leave(t.stamps.slot.take());
+                t.stamps.committed = stamp.filter(|_| !overlapped);
+                t.stamps.ended = stamp;
+                None
+            }
         };
+        self.leave(t.stamps.slot.take());
         if let Err(e) = self.journal_append(&Record::Commit {
             seq: t.event.seq.0,
             after: known_after,
+            stamp: t.stamps.committed,
         }) {
             log::warn!(
                 "journal: cannot record the end of event {}: {e}",
@@ -438,7 +525,8 @@ impl Recorder {
     }
 
     /// Abandons an event whose mutation failed.
-    pub fn cancel(&self, t: Ticket) {
+    pub fn cancel(&self, mut t: Ticket) {
+        self.leave(t.stamps.slot.take());
         let _ = self.journal_append(&Record::Cancel { seq: t.event.seq.0 });
         self.remove_staged(&t);
         self.shared.inflight.fetch_sub(1, Ordering::SeqCst);
@@ -491,13 +579,20 @@ pub(super) fn ingest_staged(
     Ok(put.hash)
 }
 
-/// Reads, hashes and stores the current content of a file; remembers it as the inode's
-/// last after-image when the file did not change while it was read.
+/// Reads, hashes and (with `keep`) stores the current content of a file; remembers it as
+/// the inode's last after-image when the file did not change while it was read.
+///
+/// The content is read some time after the change (by the worker, or at recovery): a later
+/// change may already have replaced it. Its hash is reported only when the file's content
+/// stamp still is `expect`'s (taken when the event was committed) and did not change
+/// while it was read; otherwise the after-image is unknown (`hash: None`), never another
+/// change's content.
 pub(super) fn ingest_live(
     shared: &Shared,
     fd: &OwnedFd,
     base: Option<&ContentHash>,
     keep: bool,
+    expect: Option<Stamp>,
 ) -> Result<ObjState, super::CaptureError> {
     let st = rustix::fs::fstat(fd).map_err(|e| super::CaptureError::io("stat")(e.into()))?;
     let kind = kind_of(&st);
@@ -512,33 +607,35 @@ pub(super) fn ingest_live(
     let file = shared
         .reopen_read(fd)
         .map_err(super::CaptureError::io("reading an after-image"))?;
-    if !keep || st.st_size as u64 > shared.max_size {
-        let (hash, _) =
-            hash_file(&file).map_err(super::CaptureError::io("hashing an after-image"))?;
-        return Ok(ObjState {
-            kind,
-            hash: Some(hash),
-            meta: Some(meta),
-        });
+    let stored = keep && st.st_size as u64 <= shared.max_size;
+    let hash = if stored {
+        shared
+            .store
+            .put_reader(std::fs::File::from(file), base)?
+            .hash
+    } else {
+        hash_file(&file)
+            .map_err(super::CaptureError::io("hashing an after-image"))?
+            .0
+    };
+    let steady = rustix::fs::fstat(fd).is_ok_and(|st2| stamp_of(&st2).same_content(&stamp_of(&st)));
+    if steady && stored {
+        shared
+            .known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key_of(&st), known_of(&st, hash));
     }
-    let put = shared.store.put_reader(std::fs::File::from(file), base)?;
-    if let Ok(st2) = rustix::fs::fstat(fd) {
-        if known_of(&st2, put.hash) == known_of(&st, put.hash) {
-            shared
-                .known
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key_of(&st), known_of(&st, put.hash));
-        }
-    }
+    let exact = steady && expect.is_some_and(|x| x.same_content(&stamp_of(&st)));
     Ok(ObjState {
         kind,
-        hash: Some(put.hash),
+        hash: exact.then_some(hash),
         meta: Some(meta),
     })
 }
 
-/// Whether an event changed nothing (an open for writing that wrote nothing new).
+/// Whether an event changed nothing (an open for writing that wrote nothing new). Only
+/// an exactly known after-image counts (see [`ingest_live`]).
 pub(super) fn is_noop(e: &Event) -> bool {
     matches!(e.op, Op::Write)
         && e.before.kind == e.after.kind
@@ -547,27 +644,77 @@ pub(super) fn is_noop(e: &Event) -> bool {
         && e.before.meta.as_ref().map(|m| m.mode) == e.after.meta.as_ref().map(|m| m.mode)
 }
 
-/// Completes an event: content into the store, the after-state resolved.
-pub(super) fn finish(shared: &Shared, t: Ticket, after: After, base: Option<ContentHash>) -> Event {
-    let mut e = *t.event;
-    if let Some(name) = &t.staged {
-        match ingest_staged(shared, name, base.as_ref()) {
-            Ok(h) => {
-                e.before.hash = Some(h);
-                shared.staging.remove(name);
+/// Copies the staged before-image `name` of event `seq` into the store and returns its
+/// hash, and whether the store has it. The staged file is not removed here: it stays
+/// until the event is in the timeline (or known to change nothing), so a crash in between
+/// still finds it. When the store cannot take it (a full disk), its hash is still
+/// returned, so the event names its before-image either way; the next start stores it.
+fn settle_staged(
+    shared: &Shared,
+    seq: Seq,
+    name: &str,
+    base: Option<&ContentHash>,
+) -> (Option<ContentHash>, bool) {
+    match ingest_staged(shared, name, base) {
+        Ok(h) => (Some(h), true),
+        Err(err) => {
+            log::error!("event {seq}: keeping staged before-image {name}: {err}");
+            let hashed = shared
+                .staging
+                .open_read(name)
+                .and_then(|f| hash_file(&f).map(|(h, _)| h));
+            match hashed {
+                Ok(h) => (Some(h), false),
+                Err(err) => {
+                    log::error!("event {seq}: cannot read staged before-image {name}: {err}");
+                    (None, false)
+                }
             }
-            Err(err) => log::error!("event {}: keeping staged before-image {name}: {err}", e.seq),
+        }
+    }
+}
+
+/// A completed event, and the staged files whose content is now in the store (to remove
+/// once the event is in the timeline).
+pub(super) struct Finished {
+    pub event: Event,
+    pub stored: Vec<String>,
+}
+
+impl Finished {
+    /// Removes the staged files this event no longer needs.
+    pub fn clean(&self, shared: &Shared) {
+        for name in &self.stored {
+            shared.staging.remove(name);
+        }
+    }
+}
+
+/// Completes an event: content into the store, the after-state resolved.
+pub(super) fn finish(
+    shared: &Shared,
+    t: Ticket,
+    after: After,
+    base: Option<ContentHash>,
+) -> Finished {
+    let mut e = *t.event;
+    let mut stored = Vec::new();
+    if let Some(name) = &t.staged {
+        let (h, kept) = settle_staged(shared, e.seq, name, base.as_ref());
+        if h.is_some() {
+            e.before.hash = h;
+        }
+        if kept {
+            stored.push(name.clone());
         }
     }
     if let Some(name) = &t.target_staged {
-        match ingest_staged(shared, name, None) {
-            Ok(h) => {
-                if let Some(tb) = e.target_before.as_mut() {
-                    tb.hash = Some(h);
-                }
-                shared.staging.remove(name);
-            }
-            Err(err) => log::error!("event {}: keeping staged target {name}: {err}", e.seq),
+        let (h, kept) = settle_staged(shared, e.seq, name, None);
+        if let (Some(h), Some(tb)) = (h, e.target_before.as_mut()) {
+            tb.hash = Some(h);
+        }
+        if kept {
+            stored.push(name.clone());
         }
     }
     e.after = match after {
@@ -589,13 +736,18 @@ pub(super) fn finish(shared: &Shared, t: Ticket, after: After, base: Option<Cont
             }
             s
         }
+        // The file kept its stamp from before its before-image was taken to the end of the
+        // event: nothing changed (the same test that lets a known version skip its copy).
+        After::Content(_) if t.stamps.begun.is_some() && t.stamps.begun == t.stamps.ended => {
+            e.before.clone()
+        }
         After::Content(fd) => {
             let b = e.before.hash;
             // A modified file is likely to be modified again: its stored after-image is
             // the next before-image for free. A new file is only hashed (its first
             // change will copy it), which keeps bulk creation (untar, builds) cheap.
             let keep = e.op != Op::Create;
-            match ingest_live(shared, &fd, b.as_ref(), keep) {
+            match ingest_live(shared, &fd, b.as_ref(), keep, t.stamps.committed) {
                 Ok(s) => s,
                 Err(err) => {
                     log::error!("event {}: cannot read the after-image: {err}", e.seq);
@@ -604,13 +756,17 @@ pub(super) fn finish(shared: &Shared, t: Ticket, after: After, base: Option<Cont
             }
         }
     };
-    e
+    Finished { event: e, stored }
 }
 
 fn worker_loop(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
-    let mut batch: Vec<Event> = Vec::new();
+    // Events to insert, with the staged files to remove once they are in the timeline.
+    let mut batch: Vec<Finished> = Vec::new();
     let mut settled = 0i64;
     let mut stop = false;
+    // Set once events could not be written to the timeline: the journal then keeps every
+    // record until the next start recovers them.
+    let mut keep_journal = false;
     while !stop {
         let job = if batch.is_empty() && settled == 0 {
             match rx.recv() {
@@ -624,10 +780,22 @@ fn worker_loop(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
         match job {
             Some(Job::Commit(t, after)) => {
                 let base = timeline.last_hash_of(&t.event.path).ok().flatten();
-                let e = finish(&shared, *t, after, base);
+                let done = finish(&shared, *t, after, base);
                 settled += 1;
-                if !is_noop(&e) {
-                    batch.push(e);
+                if is_noop(&done.event) {
+                    // Nothing to record; the journal says so before the staged copy goes,
+                    // so recovery never redoes it without its before-image.
+                    let seq = done.event.seq.0;
+                    let dropped = shared
+                        .journal
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .append(&Record::Cancel { seq });
+                    if dropped.is_ok() {
+                        done.clean(&shared);
+                    }
+                } else {
+                    batch.push(done);
                 }
                 if batch.len() < 512 && !rx.is_empty() {
                     continue;
@@ -638,8 +806,15 @@ fn worker_loop(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
             None => {}
         }
         if !batch.is_empty() {
-            if let Err(e) = timeline.insert(&batch) {
-                log::error!("timeline: cannot record {} events: {e}", batch.len());
+            match timeline.insert(batch.iter().map(|f| &f.event)) {
+                Ok(()) => batch.iter().for_each(|f| f.clean(&shared)),
+                Err(e) => {
+                    log::error!(
+                        "timeline: cannot record {} events now ({e}); the journal keeps them for the next start",
+                        batch.len()
+                    );
+                    keep_journal = true;
+                }
             }
             batch.clear();
         }
@@ -649,7 +824,7 @@ fn worker_loop(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
         }
         {
             let mut j = shared.journal.lock().unwrap_or_else(|e| e.into_inner());
-            if shared.inflight.load(Ordering::SeqCst) == 0 && !j.is_empty() {
+            if !keep_journal && shared.inflight.load(Ordering::SeqCst) == 0 && !j.is_empty() {
                 if let Err(e) = j.truncate() {
                     log::warn!("journal: cannot truncate: {e}");
                 }

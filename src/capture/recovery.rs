@@ -8,55 +8,135 @@ use std::os::fd::OwnedFd;
 use rustix::fs::{Mode, OFlags};
 
 use super::journal::{self, Record};
-use super::recorder::{finish, ingest_staged, After, Shared, Ticket};
+use super::recorder::{finish, ingest_staged, is_noop, After, Shared, Ticket};
+use super::state::{stamp_of, Stamp};
 use super::CaptureError;
 use crate::ids::Seq;
 use crate::timeline::{Event, Kind, ObjState, Op, Timeline};
 
-/// Whether recovery may drop an event: it left everything as it was (its mutation never
-/// ran, or changed nothing).
-fn unchanged(e: &Event) -> bool {
+/// The parts of a state that tell whether an object was left as it was: kind, content,
+/// mode, owner, size, modification time and symlink target.
+fn same_state(a: &ObjState, b: &ObjState) -> bool {
     let m = |s: &ObjState| {
-        s.meta
-            .as_ref()
-            .map(|m| (m.mode, m.uid, m.gid, m.size, m.target.clone()))
+        s.meta.as_ref().map(|m| {
+            (
+                m.mode,
+                m.uid,
+                m.gid,
+                m.size,
+                m.mtime,
+                m.mtime_nsec,
+                m.target.clone(),
+            )
+        })
     };
-    e.op != Op::Rename
-        && e.op != Op::Exchange
-        && e.before.kind == e.after.kind
-        && e.before.hash == e.after.hash
-        && (e.before.kind == Kind::Absent || m(&e.before) == m(&e.after))
+    a.kind == b.kind && a.hash == b.hash && (a.kind == Kind::Absent || m(a) == m(b))
 }
 
-fn live_after(shared: &Shared, e: &Event) -> After {
+/// The object now at `path`, without its content.
+fn live_state(shared: &Shared, path: &[u8]) -> ObjState {
+    match open_path(shared, path) {
+        Some(fd) => match rustix::fs::fstat(&fd) {
+            Ok(st) => ObjState {
+                kind: super::state::kind_of(&st),
+                hash: None,
+                meta: Some(super::state::meta_of(&fd, &st)),
+            },
+            Err(_) => ObjState::absent(),
+        },
+        None => ObjState::absent(),
+    }
+}
+
+/// Whether the object now at `path` looks like the one `s` describes: kind, mode, owner,
+/// and for a file its size and modification time, for a symlink its target. (A
+/// directory's own size and times change with its entries, so they do not count.)
+fn still_there(shared: &Shared, path: &[u8], s: &ObjState) -> bool {
+    let live = live_state(shared, path);
+    let key = |o: &ObjState| {
+        o.meta.as_ref().map(|m| {
+            let file = o.kind == Kind::File;
+            (
+                m.mode,
+                m.uid,
+                m.gid,
+                file.then_some((m.size, m.mtime, m.mtime_nsec)),
+                m.target.clone(),
+            )
+        })
+    };
+    live.kind == s.kind && s.kind != Kind::Absent && key(&live) == key(s)
+}
+
+/// Whether an event whose mutation may or may not have been applied (the daemon died
+/// between journaling it and recording its end) changed anything. Keeping an event that
+/// did not run is harmless for every kind but a move, whose undo would move back what
+/// never moved: a rename ran unless its source is still in place.
+fn ran(shared: &Shared, e: &Event) -> bool {
+    match e.op {
+        Op::Rename => {
+            e.to_path
+                .as_deref()
+                .is_some_and(|to| to != e.path.as_slice())
+                && !still_there(shared, &e.path, &e.before)
+        }
+        Op::Exchange => {
+            let target = e.target_before.clone().unwrap_or_else(ObjState::absent);
+            let unhashed = |s: &ObjState| ObjState {
+                hash: None,
+                ..s.clone()
+            };
+            // Two alike objects: whether they swapped cannot be told; assume they did.
+            same_state(&unhashed(&e.before), &unhashed(&target))
+                || !still_there(shared, &e.path, &e.before)
+        }
+        _ => !same_state(&e.before, &e.after),
+    }
+}
+
+fn open_path(shared: &Shared, path: &[u8]) -> Option<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    rustix::fs::openat(
+        &shared.root,
+        std::ffi::OsStr::from_bytes(path),
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()
+}
+
+/// The state after `e` read from the live tree, with the stamp of a file found there.
+fn live_after(shared: &Shared, e: &Event) -> (After, Option<Stamp>) {
     let path = match e.op {
         Op::Rename => e.to_path.as_deref().unwrap_or(&e.path),
         _ => &e.path,
     };
-    use std::os::unix::ffi::OsStrExt;
-    let p = std::ffi::OsStr::from_bytes(path);
-    match rustix::fs::openat(
-        &shared.root,
-        p,
-        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(fd) => {
-            let fd: OwnedFd = fd;
-            match rustix::fs::fstat(&fd) {
-                Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() => {
-                    After::Content(fd)
-                }
-                Ok(st) => After::State(ObjState {
-                    kind: super::state::kind_of(&st),
-                    hash: None,
-                    meta: Some(super::state::meta_of(&fd, &st)),
-                }),
-                Err(_) => After::Absent,
-            }
+    let Some(fd) = open_path(shared, path) else {
+        return (After::Absent, None);
+    };
+    match rustix::fs::fstat(&fd) {
+        Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() => {
+            (After::Content(fd), Some(stamp_of(&st)))
         }
-        Err(_) => After::Absent,
+        Ok(st) => (
+            After::State(ObjState {
+                kind: super::state::kind_of(&st),
+                hash: None,
+                meta: Some(super::state::meta_of(&fd, &st)),
+            }),
+            None,
+        ),
+        Err(_) => (After::Absent, None),
     }
+}
+
+/// Whether two events change a common path.
+fn overlap(a: &Event, b: &Event) -> bool {
+    let paths = |e: &Event| [Some(e.path.clone()), e.to_path.clone()];
+    paths(a)
+        .iter()
+        .flatten()
+        .any(|p| paths(b).iter().flatten().any(|q| p == q))
 }
 
 /// Returns the highest sequence number in use.
@@ -68,7 +148,7 @@ pub(super) fn recover(
     let records = journal::read_all(agx).map_err(CaptureError::io("reading the journal"))?;
     let mut max = timeline.max_seq()?.0;
     let mut begins = BTreeMap::new();
-    let mut commits: HashMap<i64, Option<ObjState>> = HashMap::new();
+    let mut commits: HashMap<i64, (Option<ObjState>, Option<Stamp>)> = HashMap::new();
     let mut cancels = HashSet::new();
     for r in records {
         match r {
@@ -80,42 +160,65 @@ pub(super) fn recover(
                 max = max.max(event.seq.0);
                 begins.insert(event.seq.0, (*event, staged, target_staged));
             }
-            Record::Commit { seq, after } => {
-                commits.insert(seq, after);
+            Record::Commit { seq, after, stamp } => {
+                commits.insert(seq, (after, stamp));
             }
             Record::Cancel { seq } => {
                 cancels.insert(seq);
             }
         }
     }
-    let mut recovered = Vec::new();
-    let mut referenced = HashSet::new();
+    let mut pending = Vec::new();
     for (seq, (event, staged, target_staged)) in begins {
-        let drop_staged = |s: &Option<String>| {
-            if let Some(s) = s {
+        if cancels.contains(&seq) {
+            for s in [&staged, &target_staged].into_iter().flatten() {
                 shared.staging.remove(s);
             }
-        };
-        if cancels.contains(&seq) || timeline.get(Seq(seq))?.is_some() {
-            drop_staged(&staged);
-            drop_staged(&target_staged);
             continue;
         }
+        // An event already in the timeline is done; a staged file it left (the store was
+        // full) is stored below with the other leftovers.
+        if timeline.get(Seq(seq))?.is_some() {
+            continue;
+        }
+        pending.push((event, staged, target_staged));
+    }
+    let mut recovered = Vec::new();
+    let mut dropped = Vec::new();
+    let mut referenced = HashSet::new();
+    for (i, (event, staged, target_staged)) in pending.iter().enumerate() {
+        let seq = event.seq.0;
         referenced.extend(staged.clone());
         referenced.extend(target_staged.clone());
-        let after = match commits.get(&seq) {
-            Some(Some(s)) if s.kind != Kind::File || s.hash.is_some() => After::State(s.clone()),
-            _ => live_after(shared, &event),
+        let committed = commits.get(&seq);
+        // Whether the live tree can still show this event's after-state: not when a later
+        // event changed the same path.
+        let superseded = pending[i + 1..].iter().any(|(l, _, _)| overlap(event, l));
+        let (after, stamp) = match committed {
+            Some((Some(s), _)) => (After::State(s.clone()), None),
+            Some((None, stamp)) => (live_after(shared, event).0, *stamp),
+            None => {
+                let (after, stamp) = live_after(shared, event);
+                (after, stamp.filter(|_| !superseded))
+            }
         };
         let base = timeline.last_hash_of(&event.path)?;
-        let e = finish(
+        let done = finish(
             shared,
-            Ticket::from_parts(event, staged, target_staged),
+            Ticket::from_parts(event.clone(), staged.clone(), target_staged.clone(), stamp),
             after,
             base,
         );
-        if !unchanged(&e) {
-            recovered.push(e);
+        // A committed event ran (drop it only when it provably changed nothing); one
+        // without an end record may not have.
+        let keep = match committed {
+            Some(_) => !is_noop(&done.event),
+            None => superseded || ran(shared, &done.event),
+        };
+        if keep {
+            recovered.push(done);
+        } else {
+            dropped.push(done);
         }
     }
     if !recovered.is_empty() {
@@ -123,7 +226,11 @@ pub(super) fn recover(
             "recovered {} event(s) an interrupted run had not recorded",
             recovered.len()
         );
-        timeline.insert(&recovered)?;
+        timeline.insert(recovered.iter().map(|f| &f.event))?;
+    }
+    // Their before-images are stored and the events recorded: the staged copies can go.
+    for f in recovered.iter().chain(&dropped) {
+        f.clean(shared);
     }
     // Staged before-images nothing refers to any more are still content someone had:
     // keep them in the store.

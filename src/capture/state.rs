@@ -3,6 +3,7 @@
 use std::os::fd::{AsFd, AsRawFd};
 
 use rustix::fs::{FileType, Stat};
+use serde::{Deserialize, Serialize};
 
 use crate::ids::InodeKey;
 use crate::timeline::{Kind, Meta};
@@ -20,6 +21,38 @@ pub fn key_of(st: &Stat) -> InodeKey {
     InodeKey {
         dev: st.st_dev,
         ino: st.st_ino,
+    }
+}
+
+/// An object's identity and change stamps. Two equal stamps of a file taken at two moments
+/// mean it did not change in between (a write or truncate moves ctime; the kernel gives a
+/// fresh fine-grained ctime to a change that follows a stat).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stamp {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: i64,
+    pub mtime: (i64, i64),
+    pub ctime: (i64, i64),
+}
+
+impl Stamp {
+    /// Whether the content can have changed between the two stamps: same object, size and
+    /// modification time. (Unlike ctime, these survive a rename, chmod or link, which
+    /// leave the content alone.)
+    pub fn same_content(&self, other: &Stamp) -> bool {
+        (self.dev, self.ino, self.size, self.mtime)
+            == (other.dev, other.ino, other.size, other.mtime)
+    }
+}
+
+pub fn stamp_of(st: &Stat) -> Stamp {
+    Stamp {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        size: st.st_size,
+        mtime: (st.st_mtime, st.st_mtime_nsec as i64),
+        ctime: (st.st_ctime, st.st_ctime_nsec as i64),
     }
 }
 

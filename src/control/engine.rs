@@ -16,7 +16,7 @@ use crate::ids::Seq;
 use crate::restore::diff::FileDiff;
 use crate::restore::model::Model;
 use crate::restore::plan::{resolve, Content};
-use crate::restore::{Plan, Report, RestoreError, Why};
+use crate::restore::{Plan, Report, RestoreError, Step, Why};
 use crate::store::Store;
 use crate::timeline::refs::{self, RefError};
 use crate::timeline::{Actor, Event, Filter, Kind, Timeline, TimelineError};
@@ -46,6 +46,13 @@ pub enum EngineError {
         path: String,
         at: String,
         why: String,
+    },
+    #[error("{path}: its content at {at} cannot be read: {source}")]
+    BadObject {
+        path: String,
+        at: String,
+        #[source]
+        source: crate::store::StoreError,
     },
     #[error(".agx/config.toml: {0}")]
     Config(String),
@@ -219,7 +226,11 @@ impl Engine {
                             why: "it was larger than the capture limit".into(),
                         });
                     }
-                    Ok(self.store.get(&h)?)
+                    self.store.get(&h).map_err(|source| EngineError::BadObject {
+                        path: name,
+                        at: r.to_string(),
+                        source,
+                    })
                 }
                 Some(Content::Live(src)) => {
                     let fd = crate::restore::live::open_beneath(
@@ -265,10 +276,36 @@ impl Engine {
         )?)
     }
 
+    /// The plan restoring `paths` (all when empty) to `r`. Every stored version it would
+    /// write is read and verified first: a plan that cannot be carried out whole (a corrupt
+    /// or missing object) is an error before anything changes (invariant 5).
     pub fn plan(&self, r: &str, paths: &[Vec<u8>]) -> Result<Plan, EngineError> {
         let point = self.point(r)?;
-        let tl = self.tl();
-        Ok(Plan::compute(&self.root, &tl, point, paths)?)
+        let plan = Plan::compute(&self.root, &self.tl(), point, paths)?;
+        self.verify(&plan, r)?;
+        Ok(plan)
+    }
+
+    fn verify(&self, plan: &Plan, r: &str) -> Result<(), EngineError> {
+        let mut checked = std::collections::HashSet::new();
+        for step in &plan.steps {
+            if let Step::Write {
+                path,
+                content: Content::Hash(h),
+                ..
+            } = step
+            {
+                if !checked.insert(*h) {
+                    continue;
+                }
+                self.store.get(h).map_err(|source| EngineError::BadObject {
+                    path: String::from_utf8_lossy(path).into_owned(),
+                    at: r.to_string(),
+                    source,
+                })?;
+            }
+        }
+        Ok(())
     }
 
     pub fn restore(

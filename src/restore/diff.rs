@@ -119,6 +119,11 @@ pub fn diff(
             paths.insert(t.clone());
         }
     }
+    // Paths either model states explicitly (undone directory moves carry entries to paths
+    // no event named).
+    for m in [&model_from, &model_to] {
+        paths.extend(m.entries().map(|(k, _)| k.clone()));
+    }
     // Directories: their files, live and at both points, are what differ.
     let mut extra = Vec::new();
     for p in &paths {

@@ -227,8 +227,11 @@ impl Plan {
             cand.insert(o.clone());
         }
         // Subtrees that mirror a live directory elsewhere, and live subtrees of candidates.
+        // Every path the model states explicitly is a candidate too: undoing a directory
+        // move carries explicit entries below it to paths no event named.
         let mut extra = Vec::new();
         for (k, entry) in model.entries() {
+            extra.push(k.clone());
             if let Entry::Node(n) = entry {
                 if let Some(src) = &n.src {
                     if src != k && live::stat(root, src).is_some_and(|o| o.kind == Kind::Dir) {

@@ -140,7 +140,10 @@ impl Timeline {
     }
 
     /// Inserts events (replacing any with the same sequence number) in one transaction.
-    pub fn insert(&mut self, events: &[Event]) -> Result<(), TimelineError> {
+    pub fn insert<'a>(
+        &mut self,
+        events: impl IntoIterator<Item = &'a Event>,
+    ) -> Result<(), TimelineError> {
         let tx = self.conn.transaction()?;
         {
             let mut st = tx.prepare_cached(
