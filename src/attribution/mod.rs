@@ -1,5 +1,6 @@
-//! Who made a change: pid -> process name and executable, read from /proc and cached by
-//! (pid, start time) so a recycled pid is never mistaken for the process that had it.
+//! Who made a change: the caller's thread id (what FUSE reports) -> its process (thread
+//! group) id, name and executable, read from /proc and cached by (thread id, start time) so
+//! a recycled id is never mistaken for the thread that had it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -15,7 +16,20 @@ fn start_time(pid: u32) -> Option<u64> {
     rest.split(' ').nth(19)?.parse().ok()
 }
 
-fn read_actor(pid: u32) -> Actor {
+/// The process (thread group) a thread belongs to: FUSE reports the calling thread's id.
+fn tgid(tid: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Tgid:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(tid)
+}
+
+fn read_actor(tid: u32) -> Actor {
+    let pid = tgid(tid);
     let process = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|s| s.trim_end().to_string())
         .unwrap_or_default();
@@ -71,6 +85,25 @@ impl Attributor {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_thread_resolves_to_its_process() {
+        let me = std::process::id();
+        // A live thread of this process, waiting until the check is done.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let h = std::thread::spawn(move || {
+            tx.send(rustix::thread::gettid().as_raw_nonzero().get() as u32)
+                .unwrap();
+            let _ = done_rx.recv();
+        });
+        let live = rx.recv().unwrap();
+        assert_ne!(live, me);
+        let a = super::Attributor::default().actor(live);
+        assert_eq!(a.pid, me);
+        done_tx.send(()).unwrap();
+        h.join().unwrap();
+    }
+
     #[test]
     fn resolves_this_process() {
         let a = super::Attributor::default().actor(std::process::id());

@@ -387,15 +387,22 @@ impl AgxFs {
         let user_excl = OFlags::from_bits_retain(flags as u32).contains(OFlags::EXCL);
         let path = self.child_path(&p, name);
         let perm = Mode::from_raw_mode(mode & 0o7777);
-        let created = self.record(
-            caller.pid,
-            Op::Create,
-            path.clone(),
-            false,
-            None,
-            Before::Absent,
-            None,
-        )?;
+        // A name that exists is opened, not created (and recorded as a write): a create
+        // event is begun only for a name that was free a moment ago, so a crash can never
+        // leave a "create" of a file that was already there.
+        let created = if !user_excl && self.peek(&p, name).is_some() {
+            None
+        } else {
+            self.record(
+                caller.pid,
+                Op::Create,
+                path.clone(),
+                false,
+                None,
+                Before::Absent,
+                None,
+            )?
+        };
         // Exclusive first, so an existing file is known (and recorded) before O_TRUNC.
         let (file, ticket) =
             match rustix::fs::openat(&p.fd, name, oflags | OFlags::CREATE | OFlags::EXCL, perm) {
@@ -405,6 +412,19 @@ impl AgxFs {
                         let _ = rustix::fs::unlinkat(&p.fd, name, AtFlags::empty());
                         return Err(e);
                     }
+                    // The name was taken when looked at and freed since: still a creation.
+                    let created = match created {
+                        Some(t) => Some(t),
+                        None => self.record(
+                            caller.pid,
+                            Op::Create,
+                            path.clone(),
+                            false,
+                            None,
+                            Before::Absent,
+                            None,
+                        )?,
+                    };
                     (f, created)
                 }
                 Err(rustix::io::Errno::EXIST) if !user_excl => {
