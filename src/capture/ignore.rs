@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
@@ -20,7 +20,9 @@ pub struct IgnoreRules {
     include: Gitignore,
     exclude: Gitignore,
     /// Per directory (relative path, "" for the root): its .gitignore matcher.
-    dirs: Mutex<HashMap<PathBuf, Option<Gitignore>>>,
+    dirs: Mutex<HashMap<PathBuf, Option<Arc<Gitignore>>>>,
+    /// Per directory: whether it is ignored as a whole (so is everything below it).
+    ignored_dirs: Mutex<HashMap<PathBuf, bool>>,
 }
 
 fn build(base: &Path, lines: &str) -> Option<Gitignore> {
@@ -53,15 +55,20 @@ impl IgnoreRules {
             include: patterns(include),
             exclude: patterns(exclude),
             dirs: Mutex::new(HashMap::new()),
+            ignored_dirs: Mutex::new(HashMap::new()),
         }
     }
 
     /// Forgets every loaded matcher (an ignore file changed).
     pub fn reset(&self) {
         self.dirs.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.ignored_dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
-    fn matcher(&self, dir: &Path) -> Option<Gitignore> {
+    fn matcher(&self, dir: &Path) -> Option<Arc<Gitignore>> {
         let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(m) = dirs.get(dir) {
             return m.clone();
@@ -73,7 +80,7 @@ impl IgnoreRules {
                 text.push_str(&a);
             }
         }
-        let m = build(dir, &text);
+        let m = build(dir, &text).map(Arc::new);
         dirs.insert(dir.to_path_buf(), m.clone());
         m
     }
@@ -97,35 +104,58 @@ impl IgnoreRules {
         {
             return true;
         }
-        // Each prefix of the path, checked against the .gitignore files above it, deepest
-        // first; an ignored directory ignores everything below it (as in git).
-        let comps: Vec<_> = rel.components().collect();
-        let mut prefix = PathBuf::new();
-        for (i, c) in comps.iter().enumerate() {
-            let parent = prefix.clone();
-            prefix.push(c);
-            let prefix_is_dir = i + 1 < comps.len() || is_dir;
-            if prefix == Path::new(".git") {
-                continue;
-            }
-            let mut dir = Some(parent.as_path());
-            while let Some(d) = dir {
-                if let Some(m) = self.matcher(d) {
-                    let rel_to_d = prefix.strip_prefix(d).unwrap_or(&prefix);
-                    match m.matched(rel_to_d, prefix_is_dir) {
-                        Match::Ignore(_) => return true,
-                        Match::Whitelist(_) => break,
-                        Match::None => {}
-                    }
+        if rel == Path::new(".git") {
+            return false;
+        }
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        if !parent.as_os_str().is_empty() && self.dir_ignored(parent) {
+            return true;
+        }
+        self.own_match(rel, is_dir)
+    }
+
+    /// Whether `rel` itself (not its parents) is ignored by the .gitignore files of the
+    /// directories above it, deepest first (a deeper file's decision wins, as in git).
+    fn own_match(&self, rel: &Path, is_dir: bool) -> bool {
+        let mut dir = rel.parent();
+        while let Some(d) = dir {
+            if let Some(m) = self.matcher(d) {
+                let rel_to_d = rel.strip_prefix(d).unwrap_or(rel);
+                match m.matched(rel_to_d, is_dir) {
+                    Match::Ignore(_) => return true,
+                    Match::Whitelist(_) => return false,
+                    Match::None => {}
                 }
-                dir = if d.as_os_str().is_empty() {
-                    None
-                } else {
-                    d.parent()
-                };
             }
+            dir = if d.as_os_str().is_empty() {
+                None
+            } else {
+                d.parent()
+            };
         }
         false
+    }
+
+    /// Whether the directory `dir` is ignored as a whole (itself or an ancestor is).
+    /// Cached per directory: every path below it asks.
+    fn dir_ignored(&self, dir: &Path) -> bool {
+        if let Some(v) = self
+            .ignored_dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(dir)
+        {
+            return *v;
+        }
+        let parent = dir.parent().unwrap_or(Path::new(""));
+        let v = dir != Path::new(".git")
+            && ((!parent.as_os_str().is_empty() && self.dir_ignored(parent))
+                || self.own_match(dir, true));
+        self.ignored_dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(dir.to_path_buf(), v);
+        v
     }
 }
 

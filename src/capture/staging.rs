@@ -2,7 +2,7 @@
 //! background worker moves them into the store. Same filesystem as the project, so an
 //! unlinked or replaced file is kept by a hard link, and a copy can be a reflink.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -87,7 +87,7 @@ impl Staging {
         let mut hasher = blake3::Hasher::new();
         let input = std::fs::File::from(rustix::io::dup(src)?);
         let mut out = std::fs::File::from(rustix::io::dup(dst)?);
-        let mut buf = vec![0u8; 256 << 10];
+        let mut buf = buffer_for(rustix::fs::fstat(src)?.st_size as u64);
         let mut off = 0u64;
         loop {
             let n = rustix::io::pread(&input, &mut buf, off)?;
@@ -139,19 +139,26 @@ impl Staging {
     }
 }
 
-/// Hashes a readable file without keeping it (files too large to capture).
+/// A read buffer for a file of `size` bytes: no larger than needed (zeroing a large buffer
+/// for every small file costs more than reading it), at most 1 MiB.
+fn buffer_for(size: u64) -> Vec<u8> {
+    vec![0u8; (size as usize).saturating_add(1).clamp(4096, 1 << 20)]
+}
+
+/// Hashes a readable file without keeping it (new files' after-images, files too large to
+/// capture).
 pub fn hash_file(src: impl AsFd) -> std::io::Result<(ContentHash, u64)> {
-    let mut f = std::fs::File::from(rustix::io::dup(src)?);
+    let size = rustix::fs::fstat(&src)?.st_size as u64;
     let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut size = 0u64;
+    let mut buf = buffer_for(size);
+    let mut off = 0u64;
     loop {
-        let n = f.read(&mut buf)?;
+        let n = rustix::io::pread(&src, &mut buf, off)?;
         if n == 0 {
             break;
         }
         hasher.update(&buf[..n]);
-        size += n as u64;
+        off += n as u64;
     }
-    Ok((ContentHash(*hasher.finalize().as_bytes()), size))
+    Ok((ContentHash(*hasher.finalize().as_bytes()), off))
 }
