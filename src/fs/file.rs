@@ -390,18 +390,22 @@ impl AgxFs {
         // A name that exists is opened, not created (and recorded as a write): a create
         // event is begun only for a name that was free a moment ago, so a crash can never
         // leave a "create" of a file that was already there.
-        let created = if !user_excl && self.peek(&p, name).is_some() {
-            None
-        } else {
+        let record_create = || {
+            let create_path = path.clone();
             self.record(
                 caller.pid,
                 Op::Create,
-                path.clone(),
+                create_path,
                 false,
                 None,
                 Before::Absent,
                 None,
-            )?
+            )
+        };
+        let created = if !user_excl && self.peek(&p, name).is_some() {
+            None
+        } else {
+            record_create()?
         };
         // Exclusive first, so an existing file is known (and recorded) before O_TRUNC.
         let (file, ticket) =
@@ -415,15 +419,7 @@ impl AgxFs {
                     // The name was taken when looked at and freed since: still a creation.
                     let created = match created {
                         Some(t) => Some(t),
-                        None => self.record(
-                            caller.pid,
-                            Op::Create,
-                            path.clone(),
-                            false,
-                            None,
-                            Before::Absent,
-                            None,
-                        )?,
+                        None => record_create()?,
                     };
                     (f, created)
                 }

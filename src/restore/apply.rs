@@ -196,23 +196,10 @@ impl Ctx<'_> {
                 }
             }
             Step::Mkdir { meta, .. } => {
-                let t = self.begin(Op::Mkdir, path, Before::Absent)?;
                 let mode = meta.as_ref().map(|m| m.mode & 0o7777).unwrap_or(0o755);
-                if let Err(e) = rustix::fs::mkdirat(&parent, os(name), Mode::from_raw_mode(mode)) {
-                    self.recorder.cancel(t);
-                    return Err(std::io::Error::from(e).to_string());
-                }
-                if let Some(m) = meta {
-                    let _ = rustix::fs::chownat(
-                        &parent,
-                        os(name),
-                        Some(Uid::from_raw(m.uid)),
-                        Some(Gid::from_raw(m.gid)),
-                        AtFlags::SYMLINK_NOFOLLOW,
-                    );
-                }
-                let after = self.after_of(&parent, name, None);
-                self.recorder.commit(t, after);
+                self.make(Op::Mkdir, path, &parent, name, meta.as_ref(), || {
+                    rustix::fs::mkdirat(&parent, os(name), Mode::from_raw_mode(mode))
+                })?;
             }
             Step::Write {
                 content,
@@ -231,22 +218,9 @@ impl Ctx<'_> {
                 )?;
             }
             Step::Symlink { target, meta, .. } => {
-                let t = self.begin(Op::Symlink, path, Before::Absent)?;
-                if let Err(e) = rustix::fs::symlinkat(os(target), &parent, os(name)) {
-                    self.recorder.cancel(t);
-                    return Err(std::io::Error::from(e).to_string());
-                }
-                if let Some(m) = meta {
-                    let _ = rustix::fs::chownat(
-                        &parent,
-                        os(name),
-                        Some(Uid::from_raw(m.uid)),
-                        Some(Gid::from_raw(m.gid)),
-                        AtFlags::SYMLINK_NOFOLLOW,
-                    );
-                }
-                let after = self.after_of(&parent, name, None);
-                self.recorder.commit(t, after);
+                self.make(Op::Symlink, path, &parent, name, meta.as_ref(), || {
+                    rustix::fs::symlinkat(os(target), &parent, os(name))
+                })?;
             }
             Step::Mknod { meta, .. } => {
                 let t = self.begin(Op::Mknod, path, Before::Absent)?;
@@ -274,6 +248,35 @@ impl Ctx<'_> {
             }
         }
         self.report.touched.push(path.to_vec());
+        Ok(())
+    }
+
+    /// Creates a directory or symlink with `create`, recorded as `op`, owned as `meta` says.
+    fn make(
+        &mut self,
+        op: Op,
+        path: &[u8],
+        parent: &OwnedFd,
+        name: &[u8],
+        meta: Option<&Meta>,
+        create: impl FnOnce() -> rustix::io::Result<()>,
+    ) -> Result<(), String> {
+        let t = self.begin(op, path, Before::Absent)?;
+        if let Err(e) = create() {
+            self.recorder.cancel(t);
+            return Err(std::io::Error::from(e).to_string());
+        }
+        if let Some(m) = meta {
+            let _ = rustix::fs::chownat(
+                parent,
+                os(name),
+                Some(Uid::from_raw(m.uid)),
+                Some(Gid::from_raw(m.gid)),
+                AtFlags::SYMLINK_NOFOLLOW,
+            );
+        }
+        let after = self.after_of(parent, name, None);
+        self.recorder.commit(t, after);
         Ok(())
     }
 
