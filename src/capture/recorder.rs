@@ -272,7 +272,8 @@ impl Recorder {
     }
 
     /// Starts an event: records the before-state (and `target`, the state of `to_path` a
-    /// rename replaces) durably. `Ok(None)`: the path is ignored, nothing recorded.
+    /// rename replaces) durably. Callers decide about ignored paths before calling (the
+    /// FUSE front skips them; a restore records everything).
     #[allow(clippy::too_many_arguments)]
     pub fn begin(
         &self,

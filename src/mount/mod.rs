@@ -8,7 +8,6 @@ pub mod mountinfo;
 pub mod procs;
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -618,11 +617,6 @@ fn forget_states(pred: impl Fn(&MountState) -> bool) {
             let _ = std::fs::remove_file(path);
         }
     }
-}
-
-/// Device of a path (to tell whether two paths are on the same mount).
-pub fn dev_of(p: &Path) -> Option<u64> {
-    std::fs::metadata(p).ok().map(|m| m.dev())
 }
 
 /// Makes the kernel forget what it cached about paths agx changed itself (a restore):

@@ -144,10 +144,9 @@ impl Model {
     }
 
     /// Moves the object at `from` (with everything below it) to `to`.
-    fn move_subtree(&mut self, from: &[u8], to: &[u8]) -> (Entry, Vec<(Vec<u8>, Entry)>) {
+    fn move_subtree(&mut self, from: &[u8]) -> (Entry, Vec<(Vec<u8>, Entry)>) {
         let top = self.lookup(from);
         let below = self.take_subtree(from);
-        let _ = to;
         (top, below)
     }
 
@@ -188,7 +187,7 @@ impl Model {
                 let Some(b) = e.to_path.as_deref() else {
                     return;
                 };
-                let (top, below) = self.move_subtree(b, p);
+                let (top, below) = self.move_subtree(b);
                 self.take_subtree(p);
                 self.put_subtree(p, top, below);
                 let target = e
@@ -201,8 +200,8 @@ impl Model {
                 let Some(b) = e.to_path.as_deref() else {
                     return;
                 };
-                let (ta, ba) = self.move_subtree(p, b);
-                let (tb, bb) = self.move_subtree(b, p);
+                let (ta, ba) = self.move_subtree(p);
+                let (tb, bb) = self.move_subtree(b);
                 self.put_subtree(p, tb, bb);
                 self.put_subtree(b, ta, ba);
             }
