@@ -335,3 +335,25 @@ fn corrupt_or_missing_objects_are_reported_not_returned() {
     hist::restore(&m, &at_f, &["h"]);
     assert_eq!(std::fs::read(m.p("h")).unwrap(), b"h before\n");
 }
+
+/// Paths outside the project are refused with one line, and nothing changes (invariant 5).
+#[test]
+fn paths_outside_the_project_are_refused() {
+    let m = Mounted::with(setup);
+    std::fs::write(m.p("a.txt"), "changed\n").unwrap();
+    let before = tree(m.path());
+    let outside = m.tmp.path().join("elsewhere.txt");
+    std::fs::write(&outside, "not ours\n").unwrap();
+    for args in [
+        vec!["show", "event:1", outside.to_str().unwrap()],
+        vec!["restore", "event:1", "--yes", outside.to_str().unwrap()],
+        vec!["restore", "event:1", "--yes", "/etc"],
+        vec!["diff", "--", "/etc/passwd"],
+        vec!["log", "--path", "/etc"],
+    ] {
+        let msg = user_error(&m.agx(&args), &args.join(" "));
+        assert!(msg.contains("outside the project"), "{args:?}: {msg}");
+    }
+    assert_same_tree(&before, &tree(m.path()), "after refused commands");
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "not ours\n");
+}
