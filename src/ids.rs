@@ -77,3 +77,21 @@ impl fmt::Display for Seq {
         write!(f, "{}", self.0)
     }
 }
+
+/// An agent session: the rowid of its entry in the timeline. Events name it by its decimal
+/// form (`Event::session`, `session:ID` in a REF).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(into = "String")]
+pub struct SessionId(pub i64);
+
+impl From<SessionId> for String {
+    fn from(s: SessionId) -> String {
+        s.0.to_string()
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}

@@ -1,20 +1,19 @@
 //! Who made a change: the caller's thread id (what FUSE reports) -> its process (thread
-//! group) id, name and executable, read from /proc and cached by (thread id, start time) so
-//! a recycled id is never mistaken for the thread that had it.
+//! group) id, name and executable, and the agent session it belongs to, read from /proc
+//! and cached by (thread id, start time) so a recycled id is never mistaken for the thread
+//! that had it.
+
+pub mod proc;
+pub mod registry;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::timeline::Actor;
+pub use registry::{Registry, ENV_SESSION};
 
-/// The start time of a process (field 22 of /proc/PID/stat), which tells a recycled pid
-/// from the process that had it before.
-fn start_time(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
-}
+use crate::timeline::Actor;
+use proc::start_time;
 
 /// The process (thread group) a thread belongs to: FUSE reports the calling thread's id.
 fn tgid(tid: u32) -> u32 {
@@ -36,13 +35,27 @@ fn read_actor(tid: u32) -> Actor {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
-    Actor { pid, process, exe }
+    Actor {
+        pid,
+        process,
+        exe,
+        ..Actor::default()
+    }
+}
+
+/// A cached attribution: the process's start time, when it was last checked, the
+/// registry generation its session was resolved at, and the actor.
+struct Cached {
+    start: u64,
+    checked: Instant,
+    gen: u64,
+    actor: Actor,
 }
 
 #[derive(Default)]
 pub struct Attributor {
-    /// pid -> (start time, when it was last checked, actor).
-    cache: Mutex<HashMap<u32, (u64, Instant, Actor)>>,
+    cache: Mutex<HashMap<u32, Cached>>,
+    sessions: Arc<Registry>,
 }
 
 /// How long a cached pid is trusted without re-reading its start time. A pid cannot be
@@ -53,32 +66,70 @@ const RECHECK: Duration = Duration::from_millis(500);
 const CACHE_LIMIT: usize = 4096;
 
 impl Attributor {
+    pub fn new(sessions: Arc<Registry>) -> Attributor {
+        Attributor {
+            cache: Mutex::default(),
+            sessions,
+        }
+    }
+
+    pub fn sessions(&self) -> &Arc<Registry> {
+        &self.sessions
+    }
+
+    /// The process behind thread `pid`, with its session and the session's current tool
+    /// call.
     pub fn actor(&self, pid: u32) -> Actor {
         if pid == 0 {
             return Actor::default();
         }
+        let mut a = self.process(pid);
+        if let Some(s) = &a.session {
+            a.tool_call = s
+                .parse()
+                .ok()
+                .and_then(|id| self.sessions.tool_call(crate::ids::SessionId(id)));
+        }
+        a
+    }
+
+    fn process(&self, pid: u32) -> Actor {
         let now = Instant::now();
+        let gen = self.sessions.generation();
         {
             let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((_, checked, a)) = c.get(&pid) {
-                if now.duration_since(*checked) < RECHECK {
-                    return a.clone();
+            if let Some(e) = c.get(&pid) {
+                if now.duration_since(e.checked) < RECHECK && e.gen == gen {
+                    return e.actor.clone();
                 }
             }
         }
         let st = start_time(pid).unwrap_or(0);
-        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((t, checked, a)) = c.get_mut(&pid) {
-            if *t == st {
-                *checked = now;
-                return a.clone();
+        {
+            let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(e) = c.get_mut(&pid) {
+                if e.start == st && e.gen == gen {
+                    e.checked = now;
+                    return e.actor.clone();
+                }
             }
         }
-        let a = read_actor(pid);
+        let mut a = read_actor(pid);
+        // Sessions claim by thread group: resolve from the process, not the thread.
+        a.session = self.sessions.resolve(a.pid).map(|s| s.to_string());
+        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if c.len() >= CACHE_LIMIT {
             c.clear();
         }
-        c.insert(pid, (st, now, a.clone()));
+        c.insert(
+            pid,
+            Cached {
+                start: st,
+                checked: now,
+                gen,
+                actor: a.clone(),
+            },
+        );
         a
     }
 }

@@ -267,6 +267,11 @@ impl Recorder {
     }
 
     /// An ignore file changed: reload the rules.
+    /// The last sequence number handed out (its event may not be in the timeline yet).
+    pub fn last_seq(&self) -> Seq {
+        Seq(self.next_seq.load(Ordering::Relaxed) - 1)
+    }
+
     pub fn ignore_files_changed(&self) {
         self.ignore.reset();
     }
@@ -372,8 +377,9 @@ impl Recorder {
             after: ObjState::absent(),
             target_before,
             captured,
+            session: actor.session.clone(),
+            tool_call: actor.tool_call,
             actor,
-            session: None,
             note,
         };
         let mut ticket = Ticket::from_parts(event, staged, target_staged, None);

@@ -54,6 +54,26 @@ impl Project {
         }
     }
 
+    /// Sends `req` to the daemon, or answers it with the local engine when the project is
+    /// not mounted (attributed to this process).
+    pub fn request(
+        &self,
+        req: Request,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<serde_json::Value> {
+        match &self.backend {
+            Backend::Remote(sock) => client::call(sock, &req, progress).map_err(|e| anyhow!(e)),
+            Backend::Local(engine) => {
+                let me = engine.attrib.actor(std::process::id());
+                crate::control::dispatch::handle(req, engine, &me, progress).map_err(|e| anyhow!(e))
+            }
+        }
+    }
+
+    pub fn is_mounted(&self) -> bool {
+        matches!(self.backend, Backend::Remote(_))
+    }
+
     /// A path given on the command line, relative to the project root.
     pub fn rel(&self, p: &Path) -> Result<Vec<u8>> {
         use std::os::unix::ffi::OsStrExt;
@@ -411,7 +431,7 @@ pub fn restore(
     let mut prog = progress_printer();
     let report: Report = match &p.backend {
         Backend::Local(e) => {
-            let actor = crate::attribution::Attributor::default().actor(std::process::id());
+            let actor = e.attrib.actor(std::process::id());
             e.restore(at, &rels, reason, actor, &mut prog)?.1
         }
         Backend::Remote(_) => {

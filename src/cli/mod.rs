@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand};
 
 mod history;
+mod sessions;
 
 use crate::mount::{self, MountRequest};
 
@@ -81,6 +82,22 @@ pub enum Cmd {
         #[arg(long)]
         stat: bool,
     },
+    /// Run CMD in a new agent session: every change it and its descendants make belongs
+    /// to the session. Returns CMD's exit code.
+    Run {
+        /// The agent's name (default: the command's name).
+        #[arg(long)]
+        agent: Option<String>,
+        /// A name for the session.
+        #[arg(long)]
+        name: Option<String>,
+        /// The command and its arguments (after --).
+        #[arg(last = true, required = true, value_name = "CMD")]
+        cmd: Vec<String>,
+    },
+    /// Agent sessions.
+    #[command(subcommand)]
+    Session(SessionCmd),
     /// Bring the tree (or PATHS) back to REF; the restore itself can be undone.
     Restore {
         #[arg(value_name = "REF")]
@@ -96,6 +113,28 @@ pub enum Cmd {
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCmd {
+    /// Start a session rooted at a process (default: the calling shell); prints its id.
+    Start {
+        /// The agent's name (claude, codex, ...).
+        #[arg(long)]
+        agent: Option<String>,
+        /// A name for the session.
+        #[arg(long)]
+        name: Option<String>,
+        /// The root process: it and everything it starts belong to the session.
+        #[arg(long)]
+        pid: Option<u32>,
+    },
+    /// End a session (default: the one this process belongs to).
+    End { id: Option<String> },
+    /// Every session: id, agent, name, start, end, events, files changed.
+    List,
+    /// One session in full: files changed, prompts.
+    Show { id: String },
 }
 
 /// The project a command is about: -C, else the nearest ancestor of the current
@@ -115,6 +154,24 @@ fn project_dir(cli_dir: Option<&Path>) -> PathBuf {
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
+        Cmd::Run { agent, name, cmd } => {
+            crate::logging::init(log::LevelFilter::Warn);
+            let dir = project_dir(cli.dir.as_deref());
+            let code = sessions::run(&dir, agent, name, &cmd, cli.json)?;
+            std::process::exit(code);
+        }
+        Cmd::Session(sc) => {
+            crate::logging::init(log::LevelFilter::Warn);
+            let dir = project_dir(cli.dir.as_deref());
+            match sc {
+                SessionCmd::Start { agent, name, pid } => {
+                    sessions::session_start(&dir, agent, name, pid, cli.json)
+                }
+                SessionCmd::End { id } => sessions::session_end(&dir, id, cli.json),
+                SessionCmd::List => sessions::session_list(&dir, cli.json),
+                SessionCmd::Show { id } => sessions::session_show(&dir, &id, cli.json),
+            }
+        }
         Cmd::Log { path, since, limit } => {
             crate::logging::init(log::LevelFilter::Warn);
             let dir = project_dir(cli.dir.as_deref());

@@ -54,6 +54,9 @@ pub enum EngineError {
         #[source]
         source: crate::store::StoreError,
     },
+    /// A request that names something that does not exist or cannot be done.
+    #[error("{0}")]
+    Invalid(String),
     #[error(".agx/config.toml: {0}")]
     Config(String),
     #[error("{what}: {source}")]
@@ -97,6 +100,8 @@ pub struct Engine {
     timeline: Mutex<Timeline>,
     pub recorder: Arc<Recorder>,
     on_restore: Mutex<Option<RestoreHook>>,
+    /// Attribution of processes to sessions, shared with the FUSE front.
+    pub attrib: Arc<crate::attribution::Attributor>,
     /// Holds the project's lock (`.agx/lock`) for as long as the engine lives.
     _lock: OwnedFd,
 }
@@ -141,15 +146,18 @@ impl Engine {
         let query = Timeline::open_in(&agx)?;
         let rec_root = rustix::io::dup(&root).map_err(|e| io("dup")(e.into()))?;
         let recorder = Recorder::open(rec_root, &agx, cfg.capture, rec_timeline)?;
-        Ok(Engine {
+        let engine = Engine {
             root,
             agx,
             store,
             timeline: Mutex::new(query),
             recorder: Arc::new(recorder),
             on_restore: Mutex::new(None),
+            attrib: Arc::default(),
             _lock: lock,
-        })
+        };
+        engine.load_sessions()?;
+        Ok(engine)
     }
 
     /// Opens the engine of a project that is not mounted, by its path.
@@ -170,7 +178,7 @@ impl Engine {
         Self::open(root, &project.display().to_string())
     }
 
-    fn tl(&self) -> std::sync::MutexGuard<'_, Timeline> {
+    pub(crate) fn tl(&self) -> std::sync::MutexGuard<'_, Timeline> {
         self.timeline.lock().unwrap_or_else(|e| e.into_inner())
     }
 

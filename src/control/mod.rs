@@ -6,9 +6,11 @@
 //! through its own mount).
 
 pub mod client;
+pub mod dispatch;
 pub mod engine;
 pub mod proto;
 pub mod server;
+pub mod sessions;
 
 use std::fs;
 use std::io::Write;

@@ -32,6 +32,35 @@ pub enum Request {
         paths: Vec<String>,
         reason: Option<String>,
     },
+    #[serde(rename = "session-start")]
+    SessionStart(crate::control::sessions::StartRequest),
+    #[serde(rename = "session-end")]
+    SessionEnd {
+        id: Option<String>,
+    },
+    #[serde(rename = "session-list")]
+    SessionList,
+    #[serde(rename = "session-show")]
+    SessionShow {
+        id: String,
+    },
+    /// The caller's process and session, as the daemon attributes it.
+    Whoami,
+    #[serde(rename = "tool-start")]
+    ToolStart {
+        session: i64,
+        tool: String,
+        tool_use_id: Option<String>,
+    },
+    #[serde(rename = "tool-end")]
+    ToolEnd {
+        session: i64,
+        tool_use_id: Option<String>,
+    },
+    Prompt {
+        session: i64,
+        text: String,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

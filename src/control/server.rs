@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::engine::Engine;
-use super::proto::{unhex, Reply, Request};
-use crate::attribution::Attributor;
+use super::proto::{Reply, Request};
 
 pub struct Server {
     path: PathBuf,
@@ -26,17 +25,15 @@ pub fn start(path: &Path, engine: Arc<Engine>) -> std::io::Result<Server> {
     let _ = std::fs::remove_file(path);
     let listener = UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    let attrib = Arc::new(Attributor::default());
     std::thread::Builder::new()
         .name("agx-control".into())
         .spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
                 let engine = engine.clone();
-                let attrib = attrib.clone();
                 let _ = std::thread::Builder::new()
                     .name("agx-request".into())
-                    .spawn(move || serve(conn, &engine, &attrib));
+                    .spawn(move || serve(conn, &engine));
             }
         })?;
     Ok(Server {
@@ -68,7 +65,7 @@ fn done(v: serde_json::Value) -> Reply {
     }
 }
 
-fn serve(mut conn: UnixStream, engine: &Engine, attrib: &Attributor) {
+fn serve(mut conn: UnixStream, engine: &Engine) {
     let me = rustix::process::geteuid().as_raw();
     let cred = rustix::net::sockopt::socket_peercred(&conn);
     let peer = match cred {
@@ -93,84 +90,27 @@ fn serve(mut conn: UnixStream, engine: &Engine, attrib: &Attributor) {
             return;
         }
     };
-    let actor = attrib.actor(peer.pid.as_raw_nonzero().get() as u32);
-    let reply = handle(req, engine, actor, &mut conn);
-    let _ = send(&mut conn, &reply);
-}
-
-fn paths(v: &[String]) -> Result<Vec<Vec<u8>>, String> {
-    v.iter().map(|p| unhex(p)).collect()
-}
-
-fn handle(
-    req: Request,
-    engine: &Engine,
-    actor: crate::timeline::Actor,
-    conn: &mut UnixStream,
-) -> Reply {
-    let r: Result<serde_json::Value, String> = (|| match req {
-        Request::Flush => {
-            engine.recorder.flush();
-            Ok(serde_json::Value::Null)
+    let actor = engine.attrib.actor(peer.pid.as_raw_nonzero().get() as u32);
+    let Ok(mut out) = conn.try_clone() else {
+        return;
+    };
+    // Progress of long operations, every 100 steps once there are more than 200.
+    let mut progress = |d: usize, t: usize| {
+        if t > 200 && (d % 100 == 0 || d == t) {
+            let _ = send(
+                &mut out,
+                &Reply {
+                    ok: true,
+                    error: None,
+                    data: None,
+                    progress: Some((d, t)),
+                },
+            );
         }
-        Request::Summary => engine
-            .summary()
-            .map(|s| serde_json::to_value(s).unwrap_or_default())
-            .map_err(|e| e.to_string()),
-        Request::Log { path, since, limit } => {
-            let path = path.map(|p| unhex(&p)).transpose()?;
-            let events = engine
-                .log(path, since.as_deref(), limit)
-                .map_err(|e| e.to_string())?;
-            Ok(serde_json::to_value(events).unwrap_or_default())
-        }
-        Request::Show { at, path } => {
-            let bytes = engine
-                .show(&at, &unhex(&path)?)
-                .map_err(|e| e.to_string())?;
-            Ok(serde_json::Value::String(super::proto::hex(&bytes)))
-        }
-        Request::Diff {
-            from,
-            to,
-            paths: ps,
-        } => {
-            let d = engine
-                .diff(from.as_deref(), to.as_deref(), &paths(&ps)?)
-                .map_err(|e| e.to_string())?;
-            Ok(serde_json::to_value(d).unwrap_or_default())
-        }
-        Request::Plan { at, paths: ps } => {
-            let p = engine.plan(&at, &paths(&ps)?).map_err(|e| e.to_string())?;
-            Ok(serde_json::to_value(p).unwrap_or_default())
-        }
-        Request::Restore {
-            at,
-            paths: ps,
-            reason,
-        } => {
-            let mut progress = |d: usize, t: usize| {
-                if t > 200 && (d % 100 == 0 || d == t) {
-                    let _ = send(
-                        conn,
-                        &Reply {
-                            ok: true,
-                            error: None,
-                            data: None,
-                            progress: Some((d, t)),
-                        },
-                    );
-                }
-            };
-            let (plan, report) = engine
-                .restore(&at, &paths(&ps)?, reason.as_deref(), actor, &mut progress)
-                .map_err(|e| e.to_string())?;
-            engine.after_restore(&report);
-            Ok(serde_json::json!({ "plan": plan, "report": report }))
-        }
-    })();
-    match r {
+    };
+    let reply = match super::dispatch::handle(req, engine, &actor, &mut progress) {
         Ok(v) => done(v),
         Err(e) => fail(e),
-    }
+    };
+    let _ = send(&mut conn, &reply);
 }

@@ -81,7 +81,7 @@ pub struct AgxFs {
     /// Set once a passthrough registration failed, so the fallback is logged once.
     passthrough_warned: AtomicBool,
     rec: Arc<Recorder>,
-    attrib: Attributor,
+    attrib: Arc<Attributor>,
     mounted_at: SystemTime,
     report: Arc<Mutex<Option<InitReport>>>,
 }
@@ -121,6 +121,7 @@ impl AgxFs {
         root: OwnedFd,
         cfg: FsConfig,
         rec: Arc<Recorder>,
+        attrib: Arc<Attributor>,
         report: Arc<Mutex<Option<InitReport>>>,
     ) -> std::io::Result<AgxFs> {
         let st = rustix::fs::fstat(&root)?;
@@ -140,7 +141,7 @@ impl AgxFs {
             passthrough_warned: AtomicBool::new(false),
             cfg,
             rec,
-            attrib: Attributor::default(),
+            attrib,
             mounted_at: SystemTime::now(),
             report,
         })

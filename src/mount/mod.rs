@@ -300,8 +300,14 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
         cfg.capture = false;
     }
     let report = Arc::new(Mutex::new(None));
-    let fs = AgxFs::new(root, cfg, engine.recorder.clone(), report.clone())
-        .map_err(|e| MountError::io(p.project.display().to_string(), e))?;
+    let fs = AgxFs::new(
+        root,
+        cfg,
+        engine.recorder.clone(),
+        engine.attrib.clone(),
+        report.clone(),
+    )
+    .map_err(|e| MountError::io(p.project.display().to_string(), e))?;
 
     let mut config = Config::default();
     config.mount_options = vec![

@@ -251,6 +251,7 @@ mod tests {
             captured: true,
             actor: Actor::default(),
             session: None,
+            tool_call: None,
             note: None,
         }
     }

@@ -129,6 +129,12 @@ pub struct Actor {
     pub pid: u32,
     pub process: String,
     pub exe: String,
+    /// The process's agent session (stored as `Event::session`, not in the actor).
+    #[serde(skip)]
+    pub session: Option<String>,
+    /// The session's tool call in progress when the change began (`Event::tool_call`).
+    #[serde(skip)]
+    pub tool_call: Option<i64>,
 }
 
 /// One recorded change.
@@ -155,6 +161,9 @@ pub struct Event {
     pub captured: bool,
     pub actor: Actor,
     pub session: Option<String>,
+    /// The agent tool call (reported by a hook) the change was made during.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call: Option<i64>,
     /// Why agx itself made this change (restore), if it did.
     #[serde(default)]
     pub note: Option<String>,

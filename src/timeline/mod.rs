@@ -6,6 +6,7 @@
 
 pub mod event;
 pub mod refs;
+pub mod sessions;
 mod vfs;
 
 use std::os::fd::{AsFd, AsRawFd};
@@ -58,6 +59,50 @@ const MIGRATIONS: &[&str] = &[
         first_seq INTEGER NOT NULL,
         pid INTEGER
     );",
+    // 2: agent sessions, their tool calls and prompts; checkpoints; pins.
+    "CREATE TABLE sessions (
+        id INTEGER PRIMARY KEY,
+        key TEXT UNIQUE,
+        agent TEXT,
+        name TEXT,
+        root_pid INTEGER,
+        root_start INTEGER,
+        command TEXT,
+        started_ns INTEGER NOT NULL,
+        ended_ns INTEGER,
+        start_seq INTEGER NOT NULL
+    );
+    CREATE TABLE tool_calls (
+        id INTEGER PRIMARY KEY,
+        session INTEGER NOT NULL,
+        tool TEXT NOT NULL,
+        tool_use_id TEXT,
+        started_ns INTEGER NOT NULL,
+        ended_ns INTEGER,
+        start_seq INTEGER NOT NULL
+    );
+    CREATE INDEX tool_calls_session ON tool_calls(session, tool_use_id);
+    CREATE TABLE prompts (
+        id INTEGER PRIMARY KEY,
+        session INTEGER NOT NULL,
+        time_ns INTEGER NOT NULL,
+        text TEXT NOT NULL
+    );
+    CREATE TABLE checkpoints (
+        id INTEGER PRIMARY KEY,
+        name TEXT UNIQUE,
+        seq INTEGER NOT NULL,
+        time_ns INTEGER NOT NULL,
+        message TEXT,
+        auto INTEGER NOT NULL DEFAULT 0,
+        session INTEGER
+    );
+    CREATE TABLE pins (
+        seq INTEGER PRIMARY KEY,
+        ref TEXT NOT NULL,
+        time_ns INTEGER NOT NULL
+    );
+    CREATE INDEX events_session ON events(session, seq) WHERE session IS NOT NULL;",
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -185,6 +230,11 @@ impl Timeline {
         Ok(())
     }
 
+    /// The connection, for the query modules of this crate (sessions, checkpoints).
+    pub(crate) fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
     fn decode(seq: i64, body: String) -> Result<Event, TimelineError> {
         serde_json::from_str(&body).map_err(|e| TimelineError::BadEvent {
             seq,
@@ -192,7 +242,11 @@ impl Timeline {
         })
     }
 
-    fn collect(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<Event>, TimelineError> {
+    pub(crate) fn collect(
+        &self,
+        sql: &str,
+        p: impl rusqlite::Params,
+    ) -> Result<Vec<Event>, TimelineError> {
         let mut st = self.conn.prepare_cached(sql)?;
         let rows = st.query_map(p, |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
         let mut out = Vec::new();

@@ -22,8 +22,10 @@ fn ev(seq: i64, op: Op, path: &str, to: Option<&str>) -> Event {
             pid: 42,
             process: "sh".into(),
             exe: "/bin/sh".into(),
+            ..Actor::default()
         },
         session: None,
+        tool_call: None,
         note: None,
     }
 }

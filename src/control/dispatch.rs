@@ -1,0 +1,99 @@
+//! One request, answered by the engine: the same code serves the daemon's control socket
+//! and a command run on a project that is not mounted.
+
+use super::engine::Engine;
+use super::proto::{unhex, Request};
+use crate::ids::SessionId;
+use crate::timeline::Actor;
+
+type Value = serde_json::Value;
+
+fn paths(v: &[String]) -> Result<Vec<Vec<u8>>, String> {
+    v.iter().map(|p| unhex(p)).collect()
+}
+
+fn json<T: serde::Serialize>(v: T) -> Result<Value, String> {
+    serde_json::to_value(v).map_err(|e| e.to_string())
+}
+
+/// Answers `req` from `caller`; `progress` sees (done, total) of long operations.
+pub fn handle(
+    req: Request,
+    engine: &Engine,
+    caller: &Actor,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Value, String> {
+    let e = |x: super::engine::EngineError| x.to_string();
+    match req {
+        Request::Flush => {
+            engine.recorder.flush();
+            Ok(Value::Null)
+        }
+        Request::Summary => json(engine.summary().map_err(e)?),
+        Request::Log { path, since, limit } => {
+            let path = path.map(|p| unhex(&p)).transpose()?;
+            json(engine.log(path, since.as_deref(), limit).map_err(e)?)
+        }
+        Request::Show { at, path } => {
+            let bytes = engine.show(&at, &unhex(&path)?).map_err(e)?;
+            Ok(Value::String(super::proto::hex(&bytes)))
+        }
+        Request::Diff {
+            from,
+            to,
+            paths: ps,
+        } => json(
+            engine
+                .diff(from.as_deref(), to.as_deref(), &paths(&ps)?)
+                .map_err(e)?,
+        ),
+        Request::Plan { at, paths: ps } => json(engine.plan(&at, &paths(&ps)?).map_err(e)?),
+        Request::Restore {
+            at,
+            paths: ps,
+            reason,
+        } => {
+            let (plan, report) = engine
+                .restore(
+                    &at,
+                    &paths(&ps)?,
+                    reason.as_deref(),
+                    caller.clone(),
+                    progress,
+                )
+                .map_err(e)?;
+            engine.after_restore(&report);
+            Ok(serde_json::json!({ "plan": plan, "report": report }))
+        }
+        Request::SessionStart(r) => json(engine.session_start(&r).map_err(e)?),
+        Request::SessionEnd { id } => json(engine.session_end(id.as_deref(), caller).map_err(e)?),
+        Request::SessionList => json(engine.session_list().map_err(e)?),
+        Request::SessionShow { id } => json(engine.session_show(&id).map_err(e)?),
+        Request::Whoami => Ok(serde_json::json!({
+            "pid": caller.pid,
+            "process": caller.process,
+            "session": caller.session,
+            "tool_call": caller.tool_call,
+        })),
+        Request::ToolStart {
+            session,
+            tool,
+            tool_use_id,
+        } => json(
+            engine
+                .tool_start(SessionId(session), &tool, tool_use_id.as_deref())
+                .map_err(e)?,
+        ),
+        Request::ToolEnd {
+            session,
+            tool_use_id,
+        } => json(
+            engine
+                .tool_end(SessionId(session), tool_use_id.as_deref())
+                .map_err(e)?,
+        ),
+        Request::Prompt { session, text } => {
+            json(engine.prompt(SessionId(session), &text).map_err(e)?)
+        }
+    }
+}
