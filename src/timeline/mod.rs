@@ -4,6 +4,7 @@
 //! Each event row keeps its queryable fields as columns and the whole event as JSON
 //! (`body`), so adding a field needs no migration.
 
+pub mod checkpoints;
 pub mod event;
 pub mod refs;
 pub mod sessions;

@@ -1,6 +1,9 @@
 //! REF: the one way every command names a point in the timeline (DESIGN.md section 8).
 //!
 //! - `event:N`: the point just before event N (restoring it undoes N and all after)
+//! - a checkpoint's name, or `cp:ID`: the point the checkpoint marks
+//! - `session:ID`: the point just before the session's first event (ID: the session's id
+//!   or the agent's key for it)
 //! - `now`: the latest point
 //! - an RFC 3339 time (`2026-11-21T10:00:00Z`): the last point at or before it
 //! - a relative time (`30s`, `10m`, `2h`, `3d`, `1w`): that long before now
@@ -15,6 +18,9 @@ use crate::ids::Seq;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ref {
     Event(i64),
+    Checkpoint(i64),
+    Named(String),
+    Session(String),
     Now,
     /// Nanoseconds since the epoch.
     Time(i64),
@@ -24,10 +30,16 @@ pub enum Ref {
 
 #[derive(Debug, Error)]
 pub enum RefError {
-    #[error("'{0}' is not a REF (use event:N, now, an RFC 3339 time, or a relative time like 10m, 2h, 3d)")]
+    #[error("'{0}' is not a REF (use a checkpoint name, cp:ID, event:N, session:ID, now, an RFC 3339 time, or a relative time like 10m, 2h, 3d)")]
     Malformed(String),
     #[error("no event {0} in the timeline")]
     UnknownEvent(i64),
+    #[error("no checkpoint cp:{0}")]
+    UnknownCheckpoint(i64),
+    #[error("'{0}' is not a REF: no checkpoint has that name (other forms: cp:ID, event:N, session:ID, now, an RFC 3339 time, 10m, 2h, 3d)")]
+    UnknownName(String),
+    #[error("no session '{0}'")]
+    UnknownSession(String),
     #[error("'{0}' is in the future")]
     Future(String),
     #[error(transparent)]
@@ -48,11 +60,35 @@ fn relative(s: &str) -> Option<i64> {
     n.checked_mul(secs)?.checked_mul(1_000_000_000)
 }
 
+/// Whether `s` can name a checkpoint: not empty, no '/', no leading '-', no control
+/// characters or white space, at most 200 bytes, and not readable as any other form of
+/// REF (so a name never shadows, or is shadowed by, another REF).
+pub fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 200
+        && !s.contains('/')
+        && !s.starts_with('-')
+        && !s.starts_with('.')
+        && !s.contains(':')
+        && !s.chars().any(|c| c.is_control() || c.is_whitespace())
+        && matches!(Ref::parse(s), Ok(Ref::Named(_)))
+}
+
 impl Ref {
     pub fn parse(s: &str) -> Result<Ref, RefError> {
         let bad = || RefError::Malformed(s.to_string());
         if s == "now" {
             return Ok(Ref::Now);
+        }
+        if let Some(n) = s.strip_prefix("cp:") {
+            let n: i64 = n.parse().map_err(|_| bad())?;
+            return Ok(Ref::Checkpoint(n));
+        }
+        if let Some(id) = s.strip_prefix("session:") {
+            if id.is_empty() {
+                return Err(bad());
+            }
+            return Ok(Ref::Session(id.to_string()));
         }
         if let Some(n) = s.strip_prefix("event:") {
             let n: i64 = n.parse().map_err(|_| bad())?;
@@ -67,7 +103,21 @@ impl Ref {
         if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
             return t.timestamp_nanos_opt().map(Ref::Time).ok_or_else(bad);
         }
-        Err(bad())
+        // Anything else names a checkpoint, if it could be a name at all.
+        let digits_then_unit = s.starts_with(|c: char| c.is_ascii_digit())
+            && s.trim_start_matches(|c: char| c.is_ascii_digit()).len() <= 1;
+        let looks_like_time =
+            s.len() >= 4 && s[..4].chars().all(|c| c.is_ascii_digit()) && s[4..].starts_with('-');
+        if s.is_empty()
+            || s.contains(['/', ':'])
+            || s.starts_with('-')
+            || s.chars().any(|c| c.is_control() || c.is_whitespace())
+            || digits_then_unit
+            || looks_like_time
+        {
+            return Err(bad());
+        }
+        Ok(Ref::Named(s.to_string()))
     }
 
     /// The point this REF names in `timeline`, with `now_ns` as the current time.
@@ -87,6 +137,20 @@ impl Ref {
                 Ok(timeline.seq_at_time(*t)?)
             }
             Ref::Ago(d) => Ok(timeline.seq_at_time(now_ns - d)?),
+            Ref::Checkpoint(id) => Ok(timeline
+                .checkpoint(*id)?
+                .ok_or(RefError::UnknownCheckpoint(*id))?
+                .seq),
+            Ref::Named(name) => Ok(timeline
+                .checkpoint_by_name(name)?
+                .ok_or_else(|| RefError::UnknownName(name.clone()))?
+                .seq),
+            Ref::Session(id) => {
+                let s = timeline
+                    .find_session(id)?
+                    .ok_or_else(|| RefError::UnknownSession(id.clone()))?;
+                Ok(timeline.session_point(&s)?)
+            }
         }
     }
 }
@@ -117,6 +181,36 @@ mod tests {
             Ref::parse("2026-11-21T10:00:00.5+02:00").unwrap(),
             Ref::Time(_)
         ));
+        assert_eq!(Ref::parse("cp:3").unwrap(), Ref::Checkpoint(3));
+        assert_eq!(Ref::parse("session:7").unwrap(), Ref::Session("7".into()));
+        assert_eq!(
+            Ref::parse("before-refactor").unwrap(),
+            Ref::Named("before-refactor".into())
+        );
+    }
+
+    #[test]
+    fn names_never_shadow_other_refs() {
+        for ok in ["before-refactor", "v1.2", "m", "yesterday", "now!", "x10m"] {
+            assert!(valid_name(ok), "{ok}");
+        }
+        for bad in [
+            "now",
+            "10m",
+            "3d",
+            "event:4",
+            "cp:1",
+            "session:2",
+            "a/b",
+            "-x",
+            "",
+            ".hidden",
+            "a b",
+            "2026-11-21",
+            "10",
+        ] {
+            assert!(!valid_name(bad), "{bad}");
+        }
     }
 
     #[test]
@@ -129,10 +223,14 @@ mod tests {
             "event:-1",
             "10",
             "10y",
-            "m",
-            "yesterday",
             "2026-13-01T00:00:00Z",
-            "now!",
+            "cp:",
+            "cp:x",
+            "session:",
+            "a/b",
+            "-x",
+            "two words",
+            "x:y",
         ] {
             assert!(matches!(Ref::parse(s), Err(RefError::Malformed(_))), "{s}");
         }
