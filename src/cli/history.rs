@@ -7,6 +7,7 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{anyhow, bail, Result};
 
 use crate::control::engine::Engine;
+use crate::control::engine::{OnConflict, RestoreOpts};
 use crate::control::proto::{hex, unhex, Request};
 use crate::control::{self, client};
 use crate::restore::diff::{Change, FileDiff};
@@ -142,6 +143,7 @@ pub fn event_json(e: &Event) -> serde_json::Value {
         "path": e.path_str(),
         "to_path": e.to_path_str(),
         "session": e.session,
+        "tool_call": e.tool_call,
         "pid": e.actor.pid,
         "process": e.actor.process,
         "exe": e.actor.exe,
@@ -202,9 +204,14 @@ pub fn log(
         if let Some(n) = &e.note {
             extra.push_str(&format!("  [{n}]"));
         }
+        let session = e
+            .session
+            .as_ref()
+            .map(|s| format!(" s{s}"))
+            .unwrap_or_default();
         writeln!(
             out,
-            "{:>6}  {}  {:<8} {}  {}[{}]  {}{}",
+            "{:>6}  {}  {:<8} {}  {}[{}]{}  {}{}",
             e.seq.0,
             fmt_time(e.time_ns),
             e.op.as_str(),
@@ -215,6 +222,7 @@ pub fn log(
                 &e.actor.process
             },
             e.actor.pid,
+            session,
             change,
             extra
         )?;
@@ -378,41 +386,55 @@ pub fn restore(
     paths: &[PathBuf],
     dry_run: bool,
     yes: bool,
-    reason: Option<&str>,
+    opts: RestoreOpts,
     json: bool,
 ) -> Result<()> {
     let p = Project::open(dir)?;
     let rels: Vec<Vec<u8>> = paths.iter().map(|x| p.rel(x)).collect::<Result<_>>()?;
-    let plan_json = match &p.backend {
-        Backend::Local(e) => serde_json::to_value(e.plan(at, &rels)?)?,
-        Backend::Remote(_) => p.call(
-            Request::Plan {
-                at: at.to_string(),
-                paths: rels.iter().map(|r| hex(r)).collect(),
-            },
-            &mut |_, _| {},
-        )?,
-    };
-    let steps = plan_json["steps"].as_array().map(|a| a.len()).unwrap_or(0);
+    let plan_json = p.request(
+        Request::Plan {
+            at: at.to_string(),
+            paths: rels.iter().map(|r| hex(r)).collect(),
+            on_conflict: opts.on_conflict,
+        },
+        &mut |_, _| {},
+    )?;
     if !json {
         print_plan(&plan_json, at);
     }
-    if steps == 0 {
+    apply_plan(&p, at, &rels, plan_json, dry_run, yes, opts, json)
+}
+
+/// Asks (unless `yes`), then carries out the restore whose plan is `plan_json`.
+#[allow(clippy::too_many_arguments)]
+pub fn apply_plan(
+    p: &Project,
+    at: &str,
+    rels: &[Vec<u8>],
+    plan_json: serde_json::Value,
+    dry_run: bool,
+    yes: bool,
+    opts: RestoreOpts,
+    json: bool,
+) -> Result<()> {
+    let steps = plan_json["steps"].as_array().map(|a| a.len()).unwrap_or(0);
+    let conflicts = plan_json["conflicts"]
+        .as_array()
+        .map(|a| a.len())
+        .unwrap_or(0);
+    let refuse = conflicts > 0 && opts.on_conflict == OnConflict::Refuse;
+    if steps == 0 || dry_run || refuse {
         if json {
             println!(
                 "{}",
                 serde_json::json!({ "plan": plan_json, "report": null })
             );
-        } else {
+        } else if steps == 0 && !refuse {
             eprintln!("nothing to do: the tree already matches {at}");
         }
-        return Ok(());
-    }
-    if dry_run {
-        if json {
-            println!(
-                "{}",
-                serde_json::json!({ "plan": plan_json, "report": null })
+        if refuse && !dry_run {
+            bail!(
+                "{conflicts} path(s) were changed by someone else after the session began; nothing restored (--skip-conflicts restores the rest, --force restores them too)"
             );
         }
         return Ok(());
@@ -429,28 +451,20 @@ pub fn restore(
         }
     }
     let mut prog = progress_printer();
-    let report: Report = match &p.backend {
-        Backend::Local(e) => {
-            let actor = e.attrib.actor(std::process::id());
-            e.restore(at, &rels, reason, actor, &mut prog)?.1
-        }
-        Backend::Remote(_) => {
-            let v = p.call(
-                Request::Restore {
-                    at: at.to_string(),
-                    paths: rels.iter().map(|r| hex(r)).collect(),
-                    reason: reason.map(String::from),
-                },
-                &mut prog,
-            )?;
-            let r = &v["report"];
-            Report {
-                first_event: r["first_event"].as_i64().map(crate::ids::Seq),
-                done: r["done"].as_u64().unwrap_or(0) as usize,
-                failed: serde_json::from_value(r["failed"].clone()).unwrap_or_default(),
-                touched: Vec::new(),
-            }
-        }
+    let v = p.request(
+        Request::Restore {
+            at: at.to_string(),
+            paths: rels.iter().map(|r| hex(r)).collect(),
+            opts,
+        },
+        &mut prog,
+    )?;
+    let r = &v["report"];
+    let report = Report {
+        first_event: r["first_event"].as_i64().map(crate::ids::Seq),
+        done: r["done"].as_u64().unwrap_or(0) as usize,
+        failed: serde_json::from_value(r["failed"].clone()).unwrap_or_default(),
+        touched: Vec::new(),
     };
     if json {
         println!(
@@ -509,6 +523,21 @@ fn print_plan(v: &serde_json::Value, at: &str) {
     }
     if steps.len() > 200 {
         let _ = writeln!(err, "  ... and {} more", steps.len() - 200);
+    }
+    for c in v["conflicts"].as_array().cloned().unwrap_or_default() {
+        let _ = writeln!(
+            err,
+            "  conflict  {}  (changed later by {} in event {})",
+            c["path"].as_str().unwrap_or("?"),
+            match c["session"].as_str() {
+                Some(s) => format!("session {s}"),
+                None => format!(
+                    "{} outside any session",
+                    c["process"].as_str().unwrap_or("?")
+                ),
+            },
+            c["seq"]
+        );
     }
     for s in v["skipped"].as_array().cloned().unwrap_or_default() {
         let _ = writeln!(

@@ -7,6 +7,9 @@ use clap::{Parser, Subcommand};
 
 mod history;
 mod sessions;
+mod undo;
+
+use crate::control::engine::{OnConflict, RestoreOpts};
 
 use crate::mount::{self, MountRequest};
 
@@ -112,7 +115,24 @@ pub enum Cmd {
         /// Why (recorded with the restore's events).
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
+        /// session:ID: restore the paths nobody else changed since, leave the others.
+        #[arg(long, conflicts_with = "force")]
+        skip_conflicts: bool,
+        /// session:ID: restore also the paths someone else changed since.
+        #[arg(long)]
+        force: bool,
     },
+    /// Undo the latest agent session (or burst of changes); run again right after, redo it.
+    Oops {
+        /// Show what it would do and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Who last changed each line of a file: event, session, agent, time.
+    Blame { path: PathBuf },
 }
 
 #[derive(Debug, Subcommand)]
@@ -197,17 +217,38 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             dry_run,
             yes,
             reason,
+            skip_conflicts,
+            force,
         } => {
             crate::logging::init(log::LevelFilter::Warn);
+            let on_conflict = if force {
+                OnConflict::Force
+            } else if skip_conflicts {
+                OnConflict::Skip
+            } else {
+                OnConflict::Refuse
+            };
             history::restore(
                 &project_dir(cli.dir.as_deref()),
                 &at,
                 &paths,
                 dry_run,
                 yes,
-                reason.as_deref(),
+                RestoreOpts {
+                    on_conflict,
+                    reason,
+                    note: None,
+                },
                 cli.json,
             )
+        }
+        Cmd::Oops { dry_run, yes } => {
+            crate::logging::init(log::LevelFilter::Warn);
+            undo::oops(&project_dir(cli.dir.as_deref()), dry_run, yes, cli.json)
+        }
+        Cmd::Blame { path } => {
+            crate::logging::init(log::LevelFilter::Warn);
+            undo::blame(&project_dir(cli.dir.as_deref()), &path, cli.json)
         }
         Cmd::Mount {
             dir,

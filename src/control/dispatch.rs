@@ -47,24 +47,34 @@ pub fn handle(
                 .diff(from.as_deref(), to.as_deref(), &paths(&ps)?)
                 .map_err(e)?,
         ),
-        Request::Plan { at, paths: ps } => json(engine.plan(&at, &paths(&ps)?).map_err(e)?),
+        Request::Plan {
+            at,
+            paths: ps,
+            on_conflict,
+        } => json(engine.plan(&at, &paths(&ps)?, on_conflict).map_err(e)?),
         Request::Restore {
             at,
             paths: ps,
-            reason,
+            opts,
         } => {
             let (plan, report) = engine
-                .restore(
-                    &at,
-                    &paths(&ps)?,
-                    reason.as_deref(),
-                    caller.clone(),
-                    progress,
-                )
+                .restore(&at, &paths(&ps)?, &opts, caller.clone(), progress)
                 .map_err(e)?;
             engine.after_restore(&report);
             Ok(serde_json::json!({ "plan": plan, "report": report }))
         }
+        Request::OopsTarget => {
+            let t = engine.oops_target().map_err(e)?;
+            Ok(match t {
+                Some(t) => {
+                    let mut v = json(&t)?;
+                    v["paths"] = t.paths.iter().map(|p| super::proto::hex(p)).collect();
+                    v
+                }
+                None => Value::Null,
+            })
+        }
+        Request::Blame { path } => json(engine.blame(&unhex(&path)?).map_err(e)?),
         Request::SessionStart(r) => json(engine.session_start(&r).map_err(e)?),
         Request::SessionEnd { id } => json(engine.session_end(id.as_deref(), caller).map_err(e)?),
         Request::SessionList => json(engine.session_list().map_err(e)?),

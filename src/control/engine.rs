@@ -21,6 +21,8 @@ use crate::store::Store;
 use crate::timeline::refs::{self, RefError};
 use crate::timeline::{Actor, Event, Filter, Kind, Timeline, TimelineError};
 
+pub use super::undo::OnConflict;
+
 #[derive(Debug, Error)]
 pub enum EngineError {
     #[error(transparent)]
@@ -54,6 +56,8 @@ pub enum EngineError {
         #[source]
         source: crate::store::StoreError,
     },
+    #[error("{0} path(s) were changed by someone else after the session began; nothing restored (--skip-conflicts restores the rest, --force restores them too)")]
+    Conflicts(usize),
     /// A request that names something that does not exist or cannot be done.
     #[error("{0}")]
     Invalid(String),
@@ -89,6 +93,17 @@ pub fn read_config(agx: impl AsFd) -> Result<Config, EngineError> {
         Err(rustix::io::Errno::NOENT) => Ok(Config::default()),
         Err(e) => Err(io("opening .agx/config.toml")(e.into())),
     }
+}
+
+/// How a restore runs.
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+pub struct RestoreOpts {
+    #[serde(default)]
+    pub on_conflict: OnConflict,
+    /// Why, in the user's words (recorded in the events' note).
+    pub reason: Option<String>,
+    /// The whole note, replacing "restore to REF" (oops).
+    pub note: Option<String>,
 }
 
 type RestoreHook = Box<dyn Fn(&[Vec<u8>]) + Send + Sync>;
@@ -211,10 +226,22 @@ impl Engine {
     /// The bytes of `path` at `r` (a symlink: its target).
     pub fn show(&self, r: &str, path: &[u8]) -> Result<Vec<u8>, EngineError> {
         let point = self.point(r)?;
+        self.bytes_at(point, path, r)
+    }
+
+    /// The bytes of `path` at `point` (a symlink: its target); `label` names the point in
+    /// errors.
+    pub(crate) fn bytes_at(
+        &self,
+        point: Seq,
+        path: &[u8],
+        label: &str,
+    ) -> Result<Vec<u8>, EngineError> {
         let events = self.tl().events_after(point)?;
         let mut m = Model::new();
         m.undo_all(events.iter());
         let name = String::from_utf8_lossy(path).into_owned();
+        let r = label;
         let want = resolve(&self.root, m.lookup(path)).ok_or_else(|| EngineError::Absent {
             path: name.clone(),
             at: r.to_string(),
@@ -284,12 +311,39 @@ impl Engine {
         )?)
     }
 
-    /// The plan restoring `paths` (all when empty) to `r`. Every stored version it would
+    /// The plan restoring `paths` (all when empty) to `r`. A `session:ID` restore covers
+    /// only what the session touched and lists the paths someone else changed since
+    /// (`on_conflict` decides whether they are in the plan). Every stored version it would
     /// write is read and verified first: a plan that cannot be carried out whole (a corrupt
     /// or missing object) is an error before anything changes (invariant 5).
-    pub fn plan(&self, r: &str, paths: &[Vec<u8>]) -> Result<Plan, EngineError> {
+    pub fn plan(
+        &self,
+        r: &str,
+        paths: &[Vec<u8>],
+        on_conflict: OnConflict,
+    ) -> Result<Plan, EngineError> {
         let point = self.point(r)?;
-        let plan = Plan::compute(&self.root, &self.tl(), point, paths)?;
+        let mut plan = match self.session_scope(r, paths)? {
+            Some(scope) => {
+                let only: Vec<Vec<u8>> = scope
+                    .paths
+                    .into_iter()
+                    .filter(|p| {
+                        on_conflict == OnConflict::Force
+                            || !scope.conflicts.iter().any(|c| &c.path == p)
+                    })
+                    .collect();
+                let mut plan = if only.is_empty() {
+                    Plan::empty(point)
+                } else {
+                    Plan::compute(&self.root, &self.tl(), point, &only)?
+                };
+                plan.conflicts = scope.conflicts;
+                plan
+            }
+            None => Plan::compute(&self.root, &self.tl(), point, paths)?,
+        };
+        plan.steps.shrink_to_fit();
         self.verify(&plan, r)?;
         Ok(plan)
     }
@@ -316,18 +370,24 @@ impl Engine {
         Ok(())
     }
 
+    /// Restores `paths` (all when empty) to `r`, recording every step (so it can be
+    /// undone) with a note saying why.
     pub fn restore(
         &self,
         r: &str,
         paths: &[Vec<u8>],
-        reason: Option<&str>,
+        opts: &RestoreOpts,
         actor: Actor,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<(Plan, Report), EngineError> {
-        let plan = self.plan(r, paths)?;
-        let note = match reason {
-            Some(x) => format!("restore to {r}: {x}"),
-            None => format!("restore to {r}"),
+        let plan = self.plan(r, paths, opts.on_conflict)?;
+        if opts.on_conflict == OnConflict::Refuse && !plan.conflicts.is_empty() {
+            return Err(EngineError::Conflicts(plan.conflicts.len()));
+        }
+        let note = match (&opts.note, &opts.reason) {
+            (Some(n), _) => n.clone(),
+            (None, Some(x)) => format!("restore to {r}: {x}"),
+            (None, None) => format!("restore to {r}"),
         };
         let why = Why { actor, note };
         let report = crate::restore::apply(

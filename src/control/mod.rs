@@ -5,12 +5,14 @@
 //! keyed by the canonical project path, never inside the project (the daemon must not go
 //! through its own mount).
 
+pub mod blame;
 pub mod client;
 pub mod dispatch;
 pub mod engine;
 pub mod proto;
 pub mod server;
 pub mod sessions;
+pub mod undo;
 
 use std::fs;
 use std::io::Write;

@@ -26,11 +26,20 @@ pub enum Request {
     Plan {
         at: String,
         paths: Vec<String>,
+        #[serde(default)]
+        on_conflict: crate::control::undo::OnConflict,
     },
     Restore {
         at: String,
         paths: Vec<String>,
-        reason: Option<String>,
+        #[serde(flatten)]
+        opts: crate::control::engine::RestoreOpts,
+    },
+    /// What `oops` would undo (or redo).
+    #[serde(rename = "oops-target")]
+    OopsTarget,
+    Blame {
+        path: String,
     },
     #[serde(rename = "session-start")]
     SessionStart(crate::control::sessions::StartRequest),

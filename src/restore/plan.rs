@@ -103,6 +103,21 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// Paths the plan cannot bring back (content never kept, protected areas).
     pub skipped: Vec<Skipped>,
+    /// Paths a session restore leaves alone, or overwrites only when forced, because
+    /// someone else changed them after the session began.
+    #[serde(default)]
+    pub conflicts: Vec<Conflict>,
+}
+
+/// A path a session touched that another actor changed after the session began.
+#[derive(Clone, Debug, Serialize)]
+pub struct Conflict {
+    #[serde(serialize_with = "ser_path")]
+    pub path: Vec<u8>,
+    /// The other actor's latest event on it.
+    pub seq: Seq,
+    pub session: Option<String>,
+    pub process: String,
 }
 
 /// The concrete state a path has at a point.
@@ -297,7 +312,18 @@ impl Plan {
             point,
             steps,
             skipped,
+            conflicts: Vec::new(),
         })
+    }
+
+    /// A plan that changes nothing.
+    pub fn empty(point: Seq) -> Plan {
+        Plan {
+            point,
+            steps: Vec::new(),
+            skipped: Vec::new(),
+            conflicts: Vec::new(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {

@@ -303,6 +303,15 @@ impl Timeline {
         }
     }
 
+    /// Events on exactly `path` (as source or destination) before `before`, newest first.
+    pub fn events_on(&self, path: &[u8], before: Seq) -> Result<Vec<Event>, TimelineError> {
+        self.collect(
+            "SELECT seq, body FROM events WHERE seq < ?2 AND (path = ?1 OR to_path = ?1)
+             ORDER BY seq DESC",
+            params![path, before.0],
+        )
+    }
+
     /// Every event after `seq`, oldest first.
     pub fn events_after(&self, seq: Seq) -> Result<Vec<Event>, TimelineError> {
         self.collect(

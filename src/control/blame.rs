@@ -1,0 +1,194 @@
+//! `blame`: for each line of a file as it is now, the change that last touched it, found by
+//! replaying the file's recorded versions (following renames back to its creation).
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use super::engine::{Engine, EngineError};
+use crate::ids::{Seq, SessionId};
+use crate::timeline::{Event, Kind};
+
+/// Who last changed one line. The origin fields are None for lines older than the
+/// history agx recorded.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlameLine {
+    pub line: usize,
+    pub text: String,
+    pub seq: Option<i64>,
+    pub session: Option<String>,
+    pub agent: Option<String>,
+    pub time_ns: Option<i64>,
+    pub process: Option<String>,
+    pub pid: Option<u32>,
+}
+
+/// One recorded version of a file: the event that made it (None: the version before the
+/// first recorded event), the name the file had, and the point at which it existed.
+type Version = (Option<Event>, Vec<u8>, Seq);
+
+/// Bytes that make a version binary (blame compares lines of text).
+fn is_binary(b: &[u8]) -> bool {
+    b[..b.len().min(8192)].contains(&0)
+}
+
+impl Engine {
+    /// The file's versions oldest first: the name it had and the event that made each
+    /// (None for the version before the first recorded event).
+    fn versions(&self, path: &[u8]) -> Result<Vec<Version>, EngineError> {
+        let tl = self.tl();
+        let mut name = path.to_vec();
+        let mut upper = Seq(tl.max_seq()?.0 + 1);
+        let mut chain: Vec<(Event, Vec<u8>)> = Vec::new();
+        let mut origin: Option<(Vec<u8>, Seq)> = None;
+        'names: loop {
+            for e in tl.events_on(&name, upper)? {
+                if e.to_path.as_deref() == Some(name.as_slice()) {
+                    // Renamed (or exchanged) into `name`: earlier it was `e.path`.
+                    let from = e.path.clone();
+                    chain.push((e.clone(), name.clone()));
+                    name = from;
+                    upper = e.seq;
+                    continue 'names;
+                }
+                let born = e.before.kind == Kind::Absent;
+                let gone = e.after.kind == Kind::Absent || e.to_path.is_some();
+                if gone {
+                    // The file traced was made at `name` after this event.
+                    break 'names;
+                }
+                chain.push((e.clone(), name.clone()));
+                if born {
+                    break 'names;
+                }
+            }
+            origin = Some((name.clone(), upper));
+            break;
+        }
+        chain.reverse();
+        let mut out: Vec<Version> = Vec::new();
+        let first_point = chain.first().map(|(e, _)| Seq(e.seq.0 - 1));
+        if let (Some(p), Some((first, _))) = (first_point, chain.first()) {
+            if first.before.kind != Kind::Absent {
+                let n = match &first.to_path {
+                    Some(_) => first.path.clone(),
+                    None => origin.map(|(n, _)| n).unwrap_or_else(|| first.path.clone()),
+                };
+                out.push((None, n, p));
+            }
+        } else {
+            out.push((None, path.to_vec(), upper));
+        }
+        for (e, n) in chain {
+            let s = e.seq;
+            out.push((Some(e), n, s));
+        }
+        Ok(out)
+    }
+
+    pub fn blame(&self, path: &[u8]) -> Result<Vec<BlameLine>, EngineError> {
+        self.recorder.flush();
+        let name = String::from_utf8_lossy(path).into_owned();
+        let now = self.tl().max_seq()?;
+        let current = self.bytes_at(now, path, "now")?;
+        if is_binary(&current) {
+            return Err(EngineError::Invalid(format!(
+                "{name} is a binary file: blame works on text"
+            )));
+        }
+        let mut agents: HashMap<String, Option<String>> = HashMap::new();
+        let mut agent_of = |s: &Option<String>| -> Option<String> {
+            let s = s.as_ref()?;
+            agents
+                .entry(s.clone())
+                .or_insert_with(|| {
+                    let id = SessionId(s.parse().ok()?);
+                    self.tl().session(id).ok().flatten().and_then(|x| x.agent)
+                })
+                .clone()
+        };
+        let mut text: Vec<String> = Vec::new();
+        let mut origin: Vec<Option<BlameLine>> = Vec::new();
+        for (ev, n, point) in self.versions(path)? {
+            let bytes = match self.bytes_at(point, &n, &format!("event:{}", point.0 + 1)) {
+                Ok(b) => b,
+                Err(EngineError::Absent { .. }) => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            if is_binary(&bytes) {
+                return Err(EngineError::Invalid(format!(
+                    "{name} was a binary file at event {}: blame works on text",
+                    point.0
+                )));
+            }
+            let new = String::from_utf8_lossy(&bytes).into_owned();
+            let new_lines: Vec<String> = new.split_inclusive('\n').map(String::from).collect();
+            let stamp = ev.as_ref().map(|e| BlameLine {
+                line: 0,
+                text: String::new(),
+                seq: Some(e.seq.0),
+                session: e.session.clone(),
+                agent: agent_of(&e.session),
+                time_ns: Some(e.time_ns),
+                process: Some(e.actor.process.clone()),
+                pid: Some(e.actor.pid),
+            });
+            let old_refs: Vec<&str> = text.iter().map(String::as_str).collect();
+            let new_refs: Vec<&str> = new_lines.iter().map(String::as_str).collect();
+            let diff =
+                similar::capture_diff_slices(similar::Algorithm::Myers, &old_refs, &new_refs);
+            let mut next: Vec<Option<BlameLine>> = vec![None; new_lines.len()];
+            for op in diff {
+                match op {
+                    similar::DiffOp::Equal {
+                        old_index,
+                        new_index,
+                        len,
+                    } => {
+                        next[new_index..new_index + len]
+                            .clone_from_slice(&origin[old_index..old_index + len]);
+                    }
+                    similar::DiffOp::Insert {
+                        new_index, new_len, ..
+                    }
+                    | similar::DiffOp::Replace {
+                        new_index, new_len, ..
+                    } => {
+                        for slot in next.iter_mut().skip(new_index).take(new_len) {
+                            *slot = stamp.clone();
+                        }
+                    }
+                    similar::DiffOp::Delete { .. } => {}
+                }
+            }
+            text = new_lines;
+            origin = next;
+        }
+        // The last recorded version is the live file unless a change is in flight.
+        let cur = String::from_utf8_lossy(&current).into_owned();
+        let cur_lines: Vec<&str> = cur.split_inclusive('\n').collect();
+        Ok(cur_lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let o = text
+                    .get(i)
+                    .filter(|t| t.as_str() == *l)
+                    .and(origin.get(i).cloned().flatten());
+                let mut b = o.unwrap_or(BlameLine {
+                    line: 0,
+                    text: String::new(),
+                    seq: None,
+                    session: None,
+                    agent: None,
+                    time_ns: None,
+                    process: None,
+                    pid: None,
+                });
+                b.line = i + 1;
+                b.text = l.trim_end_matches('\n').to_string();
+                b
+            })
+            .collect())
+    }
+}

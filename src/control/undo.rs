@@ -1,0 +1,189 @@
+//! Undoing one session: which paths a session restore covers, which of them someone else
+//! changed since (conflicts), and `oops`, which undoes the latest agent session (or burst of
+//! changes) and, run again right after, redoes what it undid.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::engine::{Engine, EngineError};
+use crate::ids::Seq;
+use crate::restore::plan::Conflict;
+use crate::timeline::refs::Ref;
+use crate::timeline::Event;
+
+/// What a session restore does with paths someone else changed after the session began.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnConflict {
+    /// List them and change nothing.
+    #[default]
+    Refuse,
+    /// Restore the other paths, leave those alone.
+    Skip,
+    /// Restore them too.
+    Force,
+}
+
+/// The paths a restore covers and the conflicts among them.
+pub struct Scope {
+    pub paths: Vec<Vec<u8>>,
+    pub conflicts: Vec<Conflict>,
+}
+
+/// Notes of the events an oops makes start with this.
+pub const OOPS_NOTE: &str = "oops: ";
+
+/// Changes more than this apart are separate bursts (for `oops` without sessions).
+pub const BURST_GAP_NS: i64 = 60 * 1_000_000_000;
+
+fn related(a: &[u8], b: &[u8]) -> bool {
+    let under = |x: &[u8], y: &[u8]| x.len() > y.len() && x.starts_with(y) && x[y.len()] == b'/';
+    a == b || under(a, b) || under(b, a)
+}
+
+fn touched(events: &[Event]) -> BTreeSet<Vec<u8>> {
+    let mut s = BTreeSet::new();
+    for e in events {
+        s.insert(e.path.clone());
+        if let Some(t) = &e.to_path {
+            s.insert(t.clone());
+        }
+    }
+    s
+}
+
+/// What `oops` would do.
+#[derive(Clone, Debug, Serialize)]
+pub struct OopsTarget {
+    /// The REF it restores to, limited to `paths`.
+    pub at: String,
+    /// What it undoes, in words.
+    pub what: String,
+    pub session: Option<String>,
+    pub redo: bool,
+    #[serde(skip)]
+    pub paths: Vec<Vec<u8>>,
+}
+
+impl Engine {
+    /// For `session:ID` (and no explicit paths beyond it): the paths the session touched,
+    /// limited to `only` when given, and those someone else changed after its first event.
+    /// None for every other REF.
+    pub fn session_scope(&self, r: &str, only: &[Vec<u8>]) -> Result<Option<Scope>, EngineError> {
+        let Ok(Ref::Session(id)) = Ref::parse(r) else {
+            return Ok(None);
+        };
+        self.recorder.flush();
+        let tl = self.tl();
+        let Some(s) = tl.find_session(&id)? else {
+            return Ok(None); // resolving the REF reports it
+        };
+        let point = tl.session_point(&s)?;
+        let mine = tl.session_events(s.id)?;
+        let paths: Vec<Vec<u8>> = touched(&mine)
+            .into_iter()
+            .filter(|p| only.is_empty() || only.iter().any(|o| related(p, o) && p.starts_with(o)))
+            .collect();
+        let sid = s.id.to_string();
+        let mut conflicts: Vec<Conflict> = Vec::new();
+        for e in tl.events_after(point)? {
+            if e.session.as_deref() == Some(sid.as_str()) {
+                continue;
+            }
+            for q in std::iter::once(&e.path).chain(e.to_path.iter()) {
+                for p in paths.iter().filter(|p| related(p, q)) {
+                    conflicts.retain(|c| &c.path != p);
+                    conflicts.push(Conflict {
+                        path: p.clone(),
+                        seq: e.seq,
+                        session: e.session.clone(),
+                        process: e.actor.process.clone(),
+                    });
+                }
+            }
+        }
+        conflicts.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(Some(Scope { paths, conflicts }))
+    }
+
+    /// What `oops` undoes: right after an oops, that oops (a redo); else the latest agent
+    /// session that recorded changes; else the latest burst of changes.
+    pub fn oops_target(&self) -> Result<Option<OopsTarget>, EngineError> {
+        self.recorder.flush();
+        let tl = self.tl();
+        let last = tl.max_seq()?;
+        let Some(latest) = tl.get(last)? else {
+            return Ok(None);
+        };
+        if let Some(note) = latest.note.as_deref().filter(|n| n.starts_with(OOPS_NOTE)) {
+            // The run of events this oops made: same note, back to its first.
+            let mut run = vec![latest.clone()];
+            let mut seq = last.0 - 1;
+            while seq > 0 {
+                match tl.get(Seq(seq))? {
+                    Some(e) if e.note.as_deref() == Some(note) => run.push(e),
+                    Some(_) => break,
+                    None => {}
+                }
+                seq -= 1;
+            }
+            let first = run.iter().map(|e| e.seq).min().unwrap_or(last);
+            return Ok(Some(OopsTarget {
+                at: format!("event:{}", first.0),
+                what: format!(
+                    "redo what the last oops undid (events {}..{})",
+                    first.0, last.0
+                ),
+                session: None,
+                redo: true,
+                paths: touched(&run).into_iter().collect(),
+            }));
+        }
+        if let Some(id) = tl.latest_active_session()? {
+            let s = tl.session(id)?;
+            let label = s
+                .map(|s| {
+                    let mut l = format!("session {}", s.id);
+                    if let Some(a) = s.agent {
+                        l.push_str(&format!(" ({a}"));
+                        if let Some(n) = s.name {
+                            l.push_str(&format!(", {n}"));
+                        }
+                        l.push(')');
+                    }
+                    l
+                })
+                .unwrap_or_else(|| format!("session {id}"));
+            return Ok(Some(OopsTarget {
+                at: format!("session:{id}"),
+                what: format!("undo {label}"),
+                session: Some(id.to_string()),
+                redo: false,
+                paths: Vec::new(),
+            }));
+        }
+        // No sessions: the latest burst, changes no more than BURST_GAP_NS apart.
+        let mut first = latest.clone();
+        let mut seq = last.0 - 1;
+        while seq > 0 {
+            if let Some(e) = tl.get(Seq(seq))? {
+                if first.time_ns - e.time_ns > BURST_GAP_NS {
+                    break;
+                }
+                first = e;
+            }
+            seq -= 1;
+        }
+        Ok(Some(OopsTarget {
+            at: format!("event:{}", first.seq.0),
+            what: format!(
+                "undo the latest burst of changes (events {}..{})",
+                first.seq.0, last.0
+            ),
+            session: None,
+            redo: false,
+            paths: Vec::new(),
+        }))
+    }
+}
