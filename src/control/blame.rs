@@ -43,8 +43,18 @@ impl Engine {
         let mut origin: Option<(Vec<u8>, Seq)> = None;
         'names: loop {
             for e in tl.events_on(&name, upper)? {
+                let replaced = e
+                    .target_before
+                    .as_ref()
+                    .is_some_and(|t| t.kind != Kind::Absent);
+                if e.to_path.as_deref() == Some(name.as_slice()) && replaced {
+                    // Written elsewhere and renamed over `name` (an editor's atomic save):
+                    // the document's previous version is the one it replaced.
+                    chain.push((e.clone(), name.clone()));
+                    continue;
+                }
                 if e.to_path.as_deref() == Some(name.as_slice()) {
-                    // Renamed (or exchanged) into `name`: earlier it was `e.path`.
+                    // Moved (or exchanged) into a free `name`: earlier it was `e.path`.
                     let from = e.path.clone();
                     chain.push((e.clone(), name.clone()));
                     name = from;
