@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # agx's main job on the bundled sample project (sample/): copy it to a scratch directory,
 # make it a git repository, mount agx over it in place, let a scripted "agent" work in it
-# with real tools (python, sed, mv, rm, git), show what agx recorded (log, diff), undo the
-# whole session with one restore, check the project is exactly as before, undo the restore,
-# unmount, and check the result on disk. Exits non-zero if any check fails.
+# as one session (`agx run`) with real tools (python, sed, mv, rm, git) while the user
+# edits a file of their own, show what agx recorded (log, diff, sessions, blame), undo the
+# agent's session with `agx oops`, check the project is exactly as before (the user's file
+# untouched), redo with `agx oops` again, unmount, and check the result on disk. Exits
+# non-zero if any check fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -17,7 +19,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/agx-demo.XXXXXX")
 proj="$work/calc"
 cleanup() {
     cd /
-    if grep -q " $proj fuse.agx " /proc/self/mountinfo 2>/dev/null; then
+    if grep -q " $proj .* fuse\.agx " /proc/self/mountinfo 2>/dev/null; then
         "$agx" unmount "$proj" >/dev/null 2>&1 || umount -l "$proj" 2>/dev/null || true
     fi
     rm -rf "$work"
@@ -37,8 +39,10 @@ step "agx mount $proj"
 "$agx" mount "$proj"
 "$agx" -C "$proj" status
 
-step "the agent works inside the mount"
+step "the agent works inside the mount, as one session (agx run)"
 cd "$proj"
+cat > "$work/agent.sh" <<'AGENT'
+set -euo pipefail
 # An edit in place with sed, and a new module written by a shell redirect.
 sed -i 's/return a \* b/return a * b  # checked/' calc/ops.py
 cat > calc/power.py <<'PY'
@@ -72,11 +76,16 @@ git status --short
 git -c user.name=agent -c user.email=agent@example.com add -A
 git -c user.name=agent -c user.email=agent@example.com commit -qm "agent: add power()"
 git log --oneline | head -3
+AGENT
+"$agx" run --agent demo-agent --name "add power()" -- bash "$work/agent.sh"
 
 step "agx's view inside the mount"
 check '[ -d "$proj/.agx" ] && [ -z "$(ls -A "$proj/.agx")" ]' ".agx/ in the mount is agx's virtual (empty, read-only) directory"
 check '! touch "$proj/.agx/x" 2>/dev/null' "writes into .agx/ are refused"
 check '[ -z "$(git status --porcelain 2>&1)" ]' "git status is clean and quiet: .agx/ is excluded"
+
+step "meanwhile the user writes a note of their own (outside the session)"
+echo "check the power() edge cases" > USER-TODO.txt
 
 step "agx log: every change, who made it (newest first)"
 "$agx" log | sed 's/^/   /'
@@ -86,20 +95,27 @@ step "agx diff --stat (since the mount)"
 step "agx diff -- calc/__init__.py"
 "$agx" diff -- calc/__init__.py | sed 's/^/   /'
 
-step "agx restore event:1: undo everything the agent did"
-"$agx" restore event:1 --yes --reason "demo: undo the agent" 2>&1 | tail -3 | sed 's/^/   /'
-check 'diff -r --exclude=.git --exclude=.agx "$repo/sample" "$proj" >/dev/null' "the working tree is exactly the sample again"
-check '[ "$(git log --oneline | wc -l)" -eq 1 ] && [ -z "$(git status --porcelain 2>&1)" ]' "git is back at the initial commit, clean"
-first_restore=$("$agx" log --json | python3 -c 'import json,sys; print(min(e["seq"] for e in json.load(sys.stdin) if (e["note"] or "").startswith("restore")))')
+step "agx session list / show: who did what"
+"$agx" session list | sed 's/^/   /'
+"$agx" session show 1 | sed 's/^/   /' | head -20
+step "agx blame calc/__init__.py"
+"$agx" blame calc/__init__.py | sed 's/^/   /'
 
-step "agx restore event:$first_restore: the restore itself can be undone"
-"$agx" restore "event:$first_restore" --yes 2>&1 | tail -2 | sed 's/^/   /'
+step "agx oops: undo the agent's session in one command"
+"$agx" oops --yes 2>&1 | sed 's/^/   /'
+check 'diff -r --exclude=.git --exclude=.agx --exclude=USER-TODO.txt "$repo/sample" "$proj" >/dev/null' "the working tree is exactly the sample again"
+check '[ "$(git log --oneline | wc -l)" -eq 1 ] && [ -z "$(git status --porcelain --untracked-files=no 2>&1)" ]' "git is back at the initial commit, clean"
+check 'grep -q "edge cases" USER-TODO.txt' "the user's own note, written outside the session, is untouched"
+
+step "agx oops again: the oops itself can be undone (redo)"
+"$agx" oops --yes 2>&1 | tail -3 | sed 's/^/   /'
 check '[ -f calc/power.py ] && grep -q "checked" calc/ops.py && [ "$(git log --oneline | wc -l)" -eq 2 ]' "the agent's work is back, commit included"
+check 'grep -q "edge cases" USER-TODO.txt' "the user's note is still there"
 
 step "agx unmount $proj"
 cd /
 "$agx" unmount "$proj"
-check '! grep -q " $proj fuse.agx " /proc/self/mountinfo' "the mount is gone"
+check '! grep -q " $proj .* fuse\.agx " /proc/self/mountinfo' "the mount is gone"
 check 'grep -q "^/.agx/$" "$proj/.git/info/exclude"' ".git/info/exclude lists /.agx/"
 check '[ -f "$proj/calc/power.py" ] && grep -q "checked" "$proj/calc/ops.py"' "the agent's edits are on disk"
 check '[ -f "$proj/DESIGN-NOTES.md" ] && [ ! -e "$proj/NOTES.md" ] && [ ! -e "$proj/tests/test_ops.py" ]' "the rename and the delete are on disk"

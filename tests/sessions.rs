@@ -476,3 +476,37 @@ fn run_refuses_an_unmounted_project() {
     let o = common::agx(["-C", &t.path().to_string_lossy(), "run", "--", "true"]);
     user_error(&o, "run without a mount");
 }
+
+#[test]
+fn oops_of_a_session_that_committed_survives_a_later_git_status() {
+    let m = Mounted::with(|p| {
+        std::fs::write(p.join("a"), "a\n").unwrap();
+        common::sh(
+            p,
+            "git init -q && git add -A && git -c user.name=u -c user.email=u@x commit -qm init",
+        );
+    });
+    let o = run(
+        &m,
+        "bot",
+        "echo changed > a && echo new > b && git add -A && git -c user.name=b -c user.email=b@x commit -qm agent",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The user looks: git status refreshes the index outside the session.
+    common::sh(
+        m.path(),
+        "git status --porcelain >/dev/null; git diff >/dev/null; git status >/dev/null",
+    );
+    ok(m.agx(["oops", "--yes"]), "oops");
+    assert_eq!(
+        common::sh(m.path(), "git log --oneline | wc -l").trim(),
+        "1"
+    );
+    assert_eq!(common::sh(m.path(), "git status --porcelain"), "");
+    ok(m.agx(["oops", "--yes"]), "redo after another git status");
+    assert_eq!(
+        common::sh(m.path(), "git log --oneline | wc -l").trim(),
+        "2"
+    );
+    assert_eq!(std::fs::read_to_string(m.p("b")).unwrap(), "new\n");
+}

@@ -40,7 +40,6 @@ impl Engine {
         let mut name = path.to_vec();
         let mut upper = Seq(tl.max_seq()?.0 + 1);
         let mut chain: Vec<(Event, Vec<u8>)> = Vec::new();
-        let mut origin: Option<(Vec<u8>, Seq)> = None;
         'names: loop {
             for e in tl.events_on(&name, upper)? {
                 let replaced = e
@@ -72,22 +71,20 @@ impl Engine {
                     break 'names;
                 }
             }
-            origin = Some((name.clone(), upper));
             break;
         }
         chain.reverse();
+        // The version before the first recorded change, under the name it had then
+        // (`name` ends as the oldest name the walk reached).
         let mut out: Vec<Version> = Vec::new();
-        let first_point = chain.first().map(|(e, _)| Seq(e.seq.0 - 1));
-        if let (Some(p), Some((first, _))) = (first_point, chain.first()) {
-            if first.before.kind != Kind::Absent {
-                let n = match &first.to_path {
-                    Some(_) => first.path.clone(),
-                    None => origin.map(|(n, _)| n).unwrap_or_else(|| first.path.clone()),
-                };
-                out.push((None, n, p));
+        match chain.first() {
+            Some((first, _)) => {
+                let fresh = first.before.kind == Kind::Absent && first.to_path.is_none();
+                if !fresh {
+                    out.push((None, name, Seq(first.seq.0 - 1)));
+                }
             }
-        } else {
-            out.push((None, path.to_vec(), upper));
+            None => out.push((None, path.to_vec(), upper)),
         }
         for (e, n) in chain {
             let s = e.seq;

@@ -324,19 +324,31 @@ impl Engine {
     ) -> Result<Plan, EngineError> {
         let point = self.point(r)?;
         let mut plan = match self.session_scope(r, paths)? {
-            Some(scope) => {
-                let only: Vec<Vec<u8>> = scope
-                    .paths
-                    .into_iter()
-                    .filter(|p| {
-                        on_conflict == OnConflict::Force
-                            || !scope.conflicts.iter().any(|c| &c.path == p)
-                    })
-                    .collect();
-                let mut plan = if only.is_empty() {
+            Some(mut scope) => {
+                let full = if scope.paths.is_empty() {
                     Plan::empty(point)
                 } else {
-                    Plan::compute(&self.root, &self.tl(), point, &only)?
+                    Plan::compute(&self.root, &self.tl(), point, &scope.paths)?
+                };
+                // A conflict matters only where the restore would change something.
+                scope.conflicts.retain(|c| {
+                    full.steps
+                        .iter()
+                        .any(|s| super::undo::related(s.path(), &c.path))
+                });
+                let mut plan = if on_conflict == OnConflict::Force || scope.conflicts.is_empty() {
+                    full
+                } else {
+                    let only: Vec<Vec<u8>> = scope
+                        .paths
+                        .into_iter()
+                        .filter(|p| !scope.conflicts.iter().any(|c| &c.path == p))
+                        .collect();
+                    if only.is_empty() {
+                        Plan::empty(point)
+                    } else {
+                        Plan::compute(&self.root, &self.tl(), point, &only)?
+                    }
                 };
                 plan.conflicts = scope.conflicts;
                 plan

@@ -37,9 +37,16 @@ pub const OOPS_NOTE: &str = "oops: ";
 /// Changes more than this apart are separate bursts (for `oops` without sessions).
 pub const BURST_GAP_NS: i64 = 60 * 1_000_000_000;
 
-fn related(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn related(a: &[u8], b: &[u8]) -> bool {
     let under = |x: &[u8], y: &[u8]| x.len() > y.len() && x.starts_with(y) && x[y.len()] == b'/';
     a == b || under(a, b) || under(b, a)
+}
+
+/// Git's derived state: the index (a cache of the tree plus stat data, rewritten by a mere
+/// `git status`) and lock files. A later change to these by someone else is not a conflict:
+/// they follow the refs and files a session restore brings back.
+fn derived(p: &[u8]) -> bool {
+    p == b".git/index" || (p.starts_with(b".git/") && p.ends_with(b".lock"))
 }
 
 fn touched(events: &[Event]) -> BTreeSet<Vec<u8>> {
@@ -92,7 +99,7 @@ impl Engine {
                 continue;
             }
             for q in std::iter::once(&e.path).chain(e.to_path.iter()) {
-                for p in paths.iter().filter(|p| related(p, q)) {
+                for p in paths.iter().filter(|p| related(p, q) && !derived(p)) {
                     conflicts.retain(|c| &c.path != p);
                     conflicts.push(Conflict {
                         path: p.clone(),
@@ -107,8 +114,10 @@ impl Engine {
         Ok(Some(Scope { paths, conflicts }))
     }
 
-    /// What `oops` undoes: right after an oops, that oops (a redo); else the latest agent
-    /// session that recorded changes; else the latest burst of changes.
+    /// What `oops` undoes: the latest agent session, or, when an oops came after the last
+    /// change any session made, that oops (a redo); with no sessions at all, the latest
+    /// burst of changes. Changes outside sessions (the user's, `git status` refreshing the
+    /// index) do not count as "after".
     pub fn oops_target(&self) -> Result<Option<OopsTarget>, EngineError> {
         self.recorder.flush();
         let tl = self.tl();
@@ -116,24 +125,27 @@ impl Engine {
         let Some(latest) = tl.get(last)? else {
             return Ok(None);
         };
-        if let Some(note) = latest.note.as_deref().filter(|n| n.starts_with(OOPS_NOTE)) {
+        let is_oops = |e: &Event| e.note.as_deref().is_some_and(|n| n.starts_with(OOPS_NOTE));
+        let anchor = tl.find_back(|e| is_oops(e) || e.session.is_some())?;
+        if let Some(o) = anchor.filter(|e| is_oops(e)) {
+            let note = o.note.clone();
             // The run of events this oops made: same note, back to its first.
-            let mut run = vec![latest.clone()];
-            let mut seq = last.0 - 1;
+            let mut run = vec![o.clone()];
+            let mut seq = o.seq.0 - 1;
             while seq > 0 {
                 match tl.get(Seq(seq))? {
-                    Some(e) if e.note.as_deref() == Some(note) => run.push(e),
+                    Some(e) if e.note == note => run.push(e),
                     Some(_) => break,
                     None => {}
                 }
                 seq -= 1;
             }
-            let first = run.iter().map(|e| e.seq).min().unwrap_or(last);
+            let first = run.iter().map(|e| e.seq).min().unwrap_or(o.seq);
             return Ok(Some(OopsTarget {
                 at: format!("event:{}", first.0),
                 what: format!(
                     "redo what the last oops undid (events {}..{})",
-                    first.0, last.0
+                    first.0, o.seq.0
                 ),
                 session: None,
                 redo: true,

@@ -312,6 +312,24 @@ impl Timeline {
         )
     }
 
+    /// The newest event for which `pred` holds, reading newest first and stopping there.
+    pub fn find_back(
+        &self,
+        mut pred: impl FnMut(&Event) -> bool,
+    ) -> Result<Option<Event>, TimelineError> {
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT seq, body FROM events ORDER BY seq DESC")?;
+        let mut rows = st.query([])?;
+        while let Some(r) = rows.next()? {
+            let e = Self::decode(r.get(0)?, r.get(1)?)?;
+            if pred(&e) {
+                return Ok(Some(e));
+            }
+        }
+        Ok(None)
+    }
+
     /// Every event after `seq`, oldest first.
     pub fn events_after(&self, seq: Seq) -> Result<Vec<Event>, TimelineError> {
         self.collect(
