@@ -11,6 +11,7 @@ pub mod engine;
 pub mod proto;
 pub mod server;
 pub mod sessions;
+pub mod verify;
 
 use std::fs;
 use std::io::Write;
