@@ -16,6 +16,17 @@ impl NodeId {
     pub const RESERVED_START: u64 = 0xffff_0000_0000_0000;
     /// The virtual, read-only `.agx` directory at the top of the mount.
     pub const AGX_DIR: NodeId = NodeId(Self::RESERVED_START);
+    /// `.agx/at`, the directory of views (see `crate::views`).
+    pub const AT_DIR: NodeId = NodeId(Self::RESERVED_START + 1);
+    /// First id of the objects inside views. Remapped inode numbers are allocated upward
+    /// from just above the virtual ids and would need 2^47 allocations to get here.
+    pub const VIEW_START: u64 = Self::RESERVED_START + (1 << 47);
+
+    /// Whether this is `.agx/at` or an object inside a view: read-only, served by
+    /// `crate::views`.
+    pub fn is_view(self) -> bool {
+        self == Self::AT_DIR || self.0 >= Self::VIEW_START
+    }
 }
 
 impl fmt::Display for NodeId {
@@ -27,6 +38,15 @@ impl fmt::Display for NodeId {
 /// An open file or directory handle given to the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HandleId(pub u64);
+
+impl HandleId {
+    /// Handles of view files and directories are numbered from here (others from 1).
+    pub const VIEW_START: u64 = 1 << 63;
+
+    pub fn is_view(self) -> bool {
+        self.0 >= Self::VIEW_START
+    }
+}
 
 /// Identity of a backing object: (st_dev, st_ino).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

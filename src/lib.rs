@@ -13,3 +13,4 @@ pub mod mount;
 pub mod restore;
 pub mod store;
 pub mod timeline;
+pub mod views;

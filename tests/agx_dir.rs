@@ -51,15 +51,21 @@ fn physical_agx_dir_never_shows_through_the_mount() {
     assert_eq!(err(std::fs::metadata(agx.join("secret"))), libc::ENOENT);
     assert_eq!(err(std::fs::metadata(agx.join("sub/deeper"))), libc::ENOENT);
     assert_eq!(err(std::fs::read(agx.join("secret"))), libc::ENOENT);
-    assert!(util::names(&agx).is_empty());
+    // Only the views directory (`at`) is in it.
+    assert_eq!(util::names(&agx), ["at"]);
     let md = std::fs::metadata(&agx).unwrap();
-    // Its `.` and `..` carry the numbers stat reports for it and for the root.
+    // Its `.`, `..` and `at` carry the numbers stat reports for them.
     let mut raw = util::raw_readdir(&agx);
     raw.sort();
     let root_ino = std::fs::metadata(m.path()).unwrap().ino();
+    let at_ino = std::fs::metadata(agx.join("at")).unwrap().ino();
     assert_eq!(
         raw,
-        [(".".into(), md.ino()), ("..".into(), root_ino)],
+        [
+            (".".into(), md.ino()),
+            ("..".into(), root_ino),
+            ("at".into(), at_ino)
+        ],
         "readdir of .agx"
     );
     assert!(md.is_dir());
@@ -81,11 +87,12 @@ fn physical_agx_dir_never_shows_through_the_mount() {
     let out = String::from_utf8_lossy(&ls.stdout);
     assert_eq!(out.lines().filter(|l| *l == ".agx").count(), 1, "{out}");
     assert!(out.ends_with("\n1\n"), "{out}");
-    // Nothing under it for tools that walk the tree.
+    // Nothing under it for tools that walk the tree but the views directory, empty
+    // without named checkpoints.
     let find = util::sh_out(m.path(), "find . | LC_ALL=C sort");
     assert_eq!(
         String::from_utf8_lossy(&find.stdout),
-        ".\n./.agx\n./nested\n./nested/.agx\n./nested/.agx/visible\n./top\n"
+        ".\n./.agx\n./.agx/at\n./nested\n./nested/.agx\n./nested/.agx/visible\n./top\n"
     );
     // Looking up the hidden names many times (negative entries) changes nothing.
     drop_and_retry(&m);
@@ -98,7 +105,7 @@ fn physical_agx_dir_never_shows_through_the_mount() {
 fn drop_and_retry(m: &Mounted) {
     util::drop_caches();
     assert_eq!(err(std::fs::metadata(m.p(".agx/secret"))), libc::ENOENT);
-    assert!(util::names(&m.p(".agx")).is_empty());
+    assert_eq!(util::names(&m.p(".agx")), ["at"]);
 }
 
 /// Every way of writing into, moving or removing the virtual `.agx`; returns the errnos.
@@ -222,7 +229,7 @@ fn virtual_agx_dir_is_read_only_and_cannot_be_moved_or_removed() {
         before,
         "the physical .agx changed"
     );
-    assert!(util::names(&m.p(".agx")).is_empty());
+    assert_eq!(util::names(&m.p(".agx")), ["at"]);
     // Nothing landed anywhere else either.
     let mut names = util::names(m.path());
     names.sort();

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod history;
 mod sessions;
 mod undo;
+mod verify;
 
 use crate::control::engine::{OnConflict, RestoreOpts};
 
@@ -101,6 +102,13 @@ pub enum Cmd {
     /// Agent sessions.
     #[command(subcommand)]
     Session(SessionCmd),
+    /// Check every stored object against its hash, every event's references and the
+    /// timeline's schema; exit 1 when anything is wrong.
+    Verify {
+        /// Move corrupt objects to .agx/quarantine/ (nothing is deleted).
+        #[arg(long)]
+        repair: bool,
+    },
     /// Bring the tree (or PATHS) back to REF; the restore itself can be undone.
     Restore {
         #[arg(value_name = "REF")]
@@ -191,6 +199,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 SessionCmd::List => sessions::session_list(&dir, cli.json),
                 SessionCmd::Show { id } => sessions::session_show(&dir, &id, cli.json),
             }
+        }
+        Cmd::Verify { repair } => {
+            crate::logging::init(log::LevelFilter::Warn);
+            verify::verify(&project_dir(cli.dir.as_deref()), repair, cli.json)
         }
         Cmd::Log { path, since, limit } => {
             crate::logging::init(log::LevelFilter::Warn);

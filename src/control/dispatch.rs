@@ -105,5 +105,6 @@ pub fn handle(
         Request::Prompt { session, text } => {
             json(engine.prompt(SessionId(session), &text).map_err(e)?)
         }
+        Request::Verify { repair } => json(engine.verify_all(repair).map_err(e)?),
     }
 }

@@ -13,6 +13,7 @@ pub mod proto;
 pub mod server;
 pub mod sessions;
 pub mod undo;
+pub mod verify;
 
 use std::fs;
 use std::io::Write;

@@ -70,6 +70,11 @@ pub enum Request {
         session: i64,
         text: String,
     },
+    /// Check the store and the timeline; with `repair`, quarantine corrupt objects.
+    Verify {
+        #[serde(default)]
+        repair: bool,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

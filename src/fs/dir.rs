@@ -64,7 +64,7 @@ impl AgxFs {
         ))
     }
 
-    /// The virtual `.agx` directory: empty, so `.` and `..` at offsets 1 and 2.
+    /// The virtual `.agx` directory: `.`, `..` and `at` (the views) at offsets 1 to 3.
     fn agx_dir_entries(
         &self,
         offset: u64,
@@ -72,7 +72,11 @@ impl AgxFs {
     ) -> Result<(), Errno> {
         // `..` reports the number stat gives the root: its backing st_ino.
         let root_ino = rustix::fs::fstat(&self.root().fd).or_errno()?.st_ino;
-        let entries = [(".", NodeId::AGX_DIR.0), ("..", root_ino)];
+        let entries = [
+            (".", NodeId::AGX_DIR.0),
+            ("..", root_ino),
+            ("at", NodeId::AT_DIR.0),
+        ];
         for (i, (name, ino)) in entries.into_iter().enumerate().skip(offset as usize) {
             let e = Entry {
                 name: name.into(),
@@ -185,6 +189,10 @@ impl AgxFs {
                 let mut a = self.agx_dir_attr();
                 a.ino = fuser::INodeNo(e.ino);
                 return reply.add(a.ino, e.off, &e.name, &zero, &a, gen);
+            }
+            if e.ino == NodeId::AT_DIR.0 {
+                let a = self.at_dir_attr();
+                return reply.add(a.ino, e.off, &e.name, &super::views::VIEW_TTL, &a, gen);
             }
             if e.ino == NodeId::AGX_DIR.0 && d.node.id == NodeId::ROOT {
                 let a = self.agx_dir_attr();

@@ -43,7 +43,7 @@ pub struct Caller {
 impl AgxFs {
     /// A parent directory that accepts changes, and the node behind it.
     pub(super) fn writable_parent(&self, parent: NodeId, name: &OsStr) -> Result<Arc<Node>, Errno> {
-        if parent == NodeId::AGX_DIR || Self::is_agx(parent, name) {
+        if parent == NodeId::AGX_DIR || parent.is_view() || Self::is_agx(parent, name) {
             return Err(Errno::EROFS);
         }
         self.node(parent)
@@ -210,6 +210,9 @@ impl AgxFs {
     ) -> Result<FileAttr, Errno> {
         if ino == NodeId::AGX_DIR {
             return Err(Errno::EPERM);
+        }
+        if ino.is_view() {
+            return Err(Errno::EROFS);
         }
         let node = self.node(ino)?;
         let p = self.writable_parent(new_parent, new_name)?;

@@ -175,7 +175,7 @@ impl AgxFs {
         set: SetAttr,
         caller: Caller,
     ) -> Result<FileAttr, Errno> {
-        if ino == NodeId::AGX_DIR {
+        if ino == NodeId::AGX_DIR || ino.is_view() {
             return Err(Errno::EROFS);
         }
         let node = self.node(ino)?;

@@ -15,6 +15,7 @@ pub mod handle;
 pub mod inode;
 mod ops;
 mod record;
+mod views;
 mod virt;
 mod xattr;
 
@@ -32,6 +33,8 @@ use crate::capture::Recorder;
 use crate::fs::handle::HandleTable;
 use crate::fs::inode::{InodeTable, Node};
 use crate::ids::{InodeKey, NodeId};
+
+pub use views::open_views;
 
 /// The name of agx's state directory at the top of the project.
 pub const AGX_DIR_NAME: &str = ".agx";
@@ -84,6 +87,8 @@ pub struct AgxFs {
     attrib: Arc<Attributor>,
     mounted_at: SystemTime,
     report: Arc<Mutex<Option<InitReport>>>,
+    /// `.agx/at/`: read-only views of past points.
+    vtable: views::ViewTable,
 }
 
 /// Errno from a raw OS error.
@@ -123,6 +128,7 @@ impl AgxFs {
         rec: Arc<Recorder>,
         attrib: Arc<Attributor>,
         report: Arc<Mutex<Option<InitReport>>>,
+        views: Option<Arc<crate::views::Views>>,
     ) -> std::io::Result<AgxFs> {
         let st = rustix::fs::fstat(&root)?;
         if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir() {
@@ -144,6 +150,7 @@ impl AgxFs {
             attrib,
             mounted_at: SystemTime::now(),
             report,
+            vtable: views::ViewTable::new(views),
         })
     }
 

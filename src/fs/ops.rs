@@ -92,6 +92,14 @@ impl Filesystem for AgxFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        // Views: no negative entries, nothing cached (see fs/views.rs).
+        if let Some(r) = self.view_lookup(id(parent), name) {
+            match r {
+                Ok(attr) => reply.entry(&super::views::VIEW_TTL, &attr, Generation(0)),
+                Err(e) => reply.error(e),
+            }
+            return;
+        }
         match self.do_lookup(id(parent), name) {
             Ok(attr) => reply.entry(&self.cfg.ttl, &attr, Generation(0)),
             // A negative entry the kernel may cache: every creation goes through the mount.
@@ -109,6 +117,13 @@ impl Filesystem for AgxFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        if id(ino).is_view() {
+            match self.view_getattr(id(ino)) {
+                Ok(attr) => reply.attr(&super::views::VIEW_TTL, &attr),
+                Err(e) => reply.error(e),
+            }
+            return;
+        }
         match self.do_getattr(id(ino), fh.map(hid)) {
             Ok(attr) => reply.attr(&self.cfg.ttl, &attr),
             Err(e) => reply.error(e),
@@ -148,7 +163,12 @@ impl Filesystem for AgxFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.do_readlink(id(ino)) {
+        let r = if id(ino).is_view() {
+            self.view_readlink(id(ino))
+        } else {
+            self.do_readlink(id(ino))
+        };
+        match r {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
         }
@@ -237,6 +257,14 @@ impl Filesystem for AgxFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if id(ino).is_view() {
+            match self.view_open(id(ino), flags.0) {
+                // No FOPEN_KEEP_CACHE: every open reads afresh.
+                Ok(fh) => reply.opened(FileHandle(fh.0), fuser::FopenFlags::empty()),
+                Err(e) => reply.error(e),
+            }
+            return;
+        }
         let r = self.do_open(id(ino), flags.0, caller(req), |fd| reply.open_backing(fd));
         match r {
             Ok(o) => {
@@ -266,7 +294,12 @@ impl Filesystem for AgxFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.do_read(hid(fh), offset, size) {
+        let r = if hid(fh).is_view() {
+            self.view_read(hid(fh), offset, size)
+        } else {
+            self.do_read(hid(fh), offset, size)
+        };
+        match r {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(e),
         }
@@ -318,7 +351,11 @@ impl Filesystem for AgxFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.do_release(hid(fh));
+        if hid(fh).is_view() {
+            self.view_release(hid(fh));
+        } else {
+            self.do_release(hid(fh));
+        }
         reply.ok();
     }
 
@@ -330,10 +367,21 @@ impl Filesystem for AgxFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if hid(fh).is_view() {
+            // Nothing of a view is ever written.
+            return reply.ok();
+        }
         reply_empty(reply, self.do_fsync(hid(fh), datasync));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if id(ino).is_view() {
+            match self.view_opendir(id(ino)) {
+                Ok(fh) => reply.opened(FileHandle(fh.0), fuser::FopenFlags::empty()),
+                Err(e) => reply.error(e),
+            }
+            return;
+        }
         match self.do_opendir(id(ino)) {
             Ok((fh, flags)) => reply.opened(FileHandle(fh.0), flags),
             Err(e) => reply.error(e),
@@ -348,7 +396,12 @@ impl Filesystem for AgxFs {
         offset: u64,
         reply: ReplyDirectory,
     ) {
-        if let Err((e, reply)) = self.do_readdir(hid(fh), offset, reply) {
+        let r = if hid(fh).is_view() {
+            self.view_readdir(hid(fh), offset, reply)
+        } else {
+            self.do_readdir(hid(fh), offset, reply)
+        };
+        if let Err((e, reply)) = r {
             reply.error(e);
         }
     }
@@ -361,7 +414,12 @@ impl Filesystem for AgxFs {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        if let Err((e, reply)) = self.do_readdirplus(hid(fh), offset, reply) {
+        let r = if hid(fh).is_view() {
+            self.view_readdirplus(hid(fh), offset, reply)
+        } else {
+            self.do_readdirplus(hid(fh), offset, reply)
+        };
+        if let Err((e, reply)) = r {
             reply.error(e);
         }
     }
@@ -374,7 +432,11 @@ impl Filesystem for AgxFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.do_releasedir(hid(fh));
+        if hid(fh).is_view() {
+            self.view_release(hid(fh));
+        } else {
+            self.do_releasedir(hid(fh));
+        }
         reply.ok();
     }
 
@@ -501,7 +563,12 @@ impl Filesystem for AgxFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        match self.do_lseek(hid(fh), offset, whence) {
+        let r = if hid(fh).is_view() {
+            self.view_lseek(hid(fh), offset, whence)
+        } else {
+            self.do_lseek(hid(fh), offset, whence)
+        };
+        match r {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(e),
         }

@@ -22,7 +22,7 @@ impl AgxFs {
             crtime: self.mounted_at,
             kind: FileType::Directory,
             perm: 0o555,
-            nlink: 2,
+            nlink: 3,
             uid,
             gid,
             rdev: 0,

@@ -53,7 +53,7 @@ impl AgxFs {
     }
 
     fn xattr_node(&self, ino: NodeId) -> Result<std::sync::Arc<Node>, Errno> {
-        if ino == NodeId::AGX_DIR {
+        if ino == NodeId::AGX_DIR || ino.is_view() {
             return Err(Errno::ENODATA);
         }
         self.node(ino)
@@ -90,7 +90,7 @@ impl AgxFs {
     }
 
     pub(super) fn do_listxattr(&self, ino: NodeId, size: u32) -> Result<XattrReply, Errno> {
-        if ino == NodeId::AGX_DIR {
+        if ino == NodeId::AGX_DIR || ino.is_view() {
             return Ok(if size == 0 {
                 XattrReply::Size(0)
             } else {
@@ -128,7 +128,7 @@ impl AgxFs {
         flags: i32,
         pid: u32,
     ) -> Result<(), Errno> {
-        if ino == NodeId::AGX_DIR {
+        if ino == NodeId::AGX_DIR || ino.is_view() {
             return Err(Errno::EROFS);
         }
         let node = self.node(ino)?;
@@ -158,7 +158,7 @@ impl AgxFs {
     }
 
     pub(super) fn do_removexattr(&self, ino: NodeId, name: &OsStr, pid: u32) -> Result<(), Errno> {
-        if ino == NodeId::AGX_DIR {
+        if ino == NodeId::AGX_DIR || ino.is_view() {
             return Err(Errno::EROFS);
         }
         let node = self.node(ino)?;

@@ -306,6 +306,7 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
         engine.recorder.clone(),
         engine.attrib.clone(),
         report.clone(),
+        crate::fs::open_views(&engine.root, &engine.agx, engine.recorder.clone()),
     )
     .map_err(|e| MountError::io(p.project.display().to_string(), e))?;
 

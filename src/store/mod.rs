@@ -10,6 +10,9 @@
 //!   dictionary, like `zstd --patch-from`); chains are at most [`MAX_CHAIN`] long.
 
 mod format;
+mod verify;
+
+pub use verify::ObjectCheck;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
