@@ -259,7 +259,7 @@ impl AgxFs {
         caller: Caller,
     ) -> Result<(), Errno> {
         let p = self.writable_parent(parent, name)?;
-        let obj = self.peek(&p, name).ok_or(Errno::ENOENT)?;
+        let obj = self.peek(&p, name)?.ok_or(Errno::ENOENT)?;
         let path = self.child_path(&p, name);
         let (op, before) = if dir {
             (Op::Rmdir, Before::Meta(obj.as_fd()))
@@ -300,8 +300,8 @@ impl AgxFs {
         let p = self.writable_parent(parent, name)?;
         let np = self.writable_parent(new_parent, new_name)?;
         let rflags = RenameFlags::from_bits(flags).ok_or(Errno::EINVAL)?;
-        let src = self.peek(&p, name).ok_or(Errno::ENOENT)?;
-        let dst = self.peek(&np, new_name);
+        let src = self.peek(&p, name)?.ok_or(Errno::ENOENT)?;
+        let dst = self.peek(&np, new_name)?;
         let src_is_dir = rustix::fs::fstat(&src)
             .map(|st| RxType::from_raw_mode(st.st_mode) == RxType::Directory)
             .unwrap_or(false);

@@ -402,7 +402,7 @@ impl AgxFs {
                 None,
             )
         };
-        let created = if !user_excl && self.peek(&p, name).is_some() {
+        let created = if !user_excl && self.peek(&p, name)?.is_some() {
             None
         } else {
             record_create()?
@@ -425,7 +425,7 @@ impl AgxFs {
                 }
                 Err(rustix::io::Errno::EXIST) if !user_excl => {
                     self.finish(created, &Err::<(), _>(Errno::EEXIST), || After::Absent);
-                    let existing = self.peek(&p, name).ok_or(Errno::ENOENT)?;
+                    let existing = self.peek(&p, name)?.ok_or(Errno::ENOENT)?;
                     let ticket = if writes(oflags) {
                         let before = Before::Content(existing.as_fd());
                         self.record(caller.pid, Op::Write, path, false, None, before, None)?

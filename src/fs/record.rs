@@ -134,15 +134,20 @@ impl AgxFs {
         }
     }
 
-    /// An `O_PATH` descriptor of `parent/name` (for before-states), if it exists.
-    pub(super) fn peek(&self, parent: &Node, name: &OsStr) -> Option<OwnedFd> {
-        rustix::fs::openat(
+    /// An `O_PATH` descriptor of `parent/name` (for before-states); None only when the name
+    /// is truly free. Any other failure (out of descriptors, say) is an error: taking it
+    /// for "absent" would record no before-image for what the change replaces.
+    pub(super) fn peek(&self, parent: &Node, name: &OsStr) -> Result<Option<OwnedFd>, Errno> {
+        match rustix::fs::openat(
             &parent.fd,
             name,
             rustix::fs::OFlags::PATH | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC,
             rustix::fs::Mode::empty(),
-        )
-        .ok()
+        ) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(super::errno(e)),
+        }
     }
 
     /// Whether an ignore file changed (the capture rules reload).
