@@ -142,6 +142,7 @@ pub fn event_json(e: &Event) -> serde_json::Value {
         "path": e.path_str(),
         "to_path": e.to_path_str(),
         "session": e.session,
+        "tool_call": e.tool_call,
         "pid": e.actor.pid,
         "process": e.actor.process,
         "exe": e.actor.exe,

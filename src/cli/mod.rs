@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand};
 
 mod history;
+mod hooks;
 mod sessions;
 
 use crate::mount::{self, MountRequest};
@@ -98,6 +99,12 @@ pub enum Cmd {
     /// Agent sessions.
     #[command(subcommand)]
     Session(SessionCmd),
+    /// Record one agent hook event (run by the agent's hook settings; never fails).
+    #[command(subcommand)]
+    Hook(hooks::HookCmd),
+    /// Add or remove agx's entries in an agent's hook settings.
+    #[command(subcommand)]
+    Hooks(hooks::HooksCmd),
     /// Bring the tree (or PATHS) back to REF; the restore itself can be undone.
     Restore {
         #[arg(value_name = "REF")]
@@ -171,6 +178,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 SessionCmd::List => sessions::session_list(&dir, cli.json),
                 SessionCmd::Show { id } => sessions::session_show(&dir, &id, cli.json),
             }
+        }
+        Cmd::Hook(hc) => hooks::hook(cli.dir.as_deref(), hc, cli.json),
+        Cmd::Hooks(hc) => {
+            crate::logging::init(log::LevelFilter::Warn);
+            hooks::hooks(&project_dir(cli.dir.as_deref()), hc, cli.json)
         }
         Cmd::Log { path, since, limit } => {
             crate::logging::init(log::LevelFilter::Warn);

@@ -95,5 +95,6 @@ pub fn handle(
         Request::Prompt { session, text } => {
             json(engine.prompt(SessionId(session), &text).map_err(e)?)
         }
+        Request::Hook(r) => json(engine.hook(&r).map_err(e)?),
     }
 }

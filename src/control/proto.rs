@@ -61,6 +61,8 @@ pub enum Request {
         session: i64,
         text: String,
     },
+    /// One agent hook event (session by the agent's key).
+    Hook(crate::control::hooks::HookRequest),
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
