@@ -436,3 +436,30 @@ fn hooks_install_refuses_a_broken_settings_file_and_changes_nothing() {
         r#"{"hooks": {"Stop": "agx"}}"#
     );
 }
+
+#[test]
+fn parallel_first_events_of_a_session_start_it_once() {
+    let m = Mounted::new();
+    let tmp = m.tmp.path();
+    let claude = stand_in(tmp, "claude");
+    let cwd = m.path().canonicalize().unwrap();
+    // Eight PreToolUse events of one unseen session at once, as parallel tool calls send.
+    let mut script = String::new();
+    for i in 0..8 {
+        let ev = json!({"session_id": "parallel", "cwd": cwd, "hook_event_name": "PreToolUse",
+            "tool_name": "Read", "tool_use_id": format!("t{i}")});
+        let f = tmp.join(format!("p{i}.json"));
+        std::fs::write(&f, ev.to_string()).unwrap();
+        script.push_str(&format!("\"$AGX\" hook claude < {} &\n", f.display()));
+    }
+    script.push_str("wait\n");
+    let out = run_agent(&claude, &script, m.path());
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list = sessions(&m);
+    assert_eq!(list.len(), 1, "{list:#?}");
+    assert_eq!(list[0]["tool_calls"], 8);
+}

@@ -93,14 +93,24 @@ impl Engine {
                 let pid = r.pid.ok_or_else(|| {
                     EngineError::Invalid("a new hook session needs its agent's pid".into())
                 })?;
-                let s = self.session_start(&StartRequest {
+                let started = self.session_start(&StartRequest {
                     agent: Some(r.agent.clone()),
                     name: None,
                     key: Some(r.key.clone()),
                     pid,
-                })?;
-                out.started = true;
-                s.id
+                });
+                match started {
+                    Ok(s) => {
+                        out.started = true;
+                        s.id
+                    }
+                    // Two first events of one session at once (parallel tool calls with
+                    // no SessionStart seen): the other one started it.
+                    Err(e) => match self.tl().session_by_key(&r.key)? {
+                        Some(s) => s.id,
+                        None => return Err(e),
+                    },
+                }
             }
         };
         out.session = Some(id.to_string());
