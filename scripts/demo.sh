@@ -80,7 +80,7 @@ AGENT
 "$agx" run --agent demo-agent --name "add power()" -- bash "$work/agent.sh"
 
 step "agx's view inside the mount"
-check '[ -d "$proj/.agx" ] && [ -z "$(ls -A "$proj/.agx")" ]' ".agx/ in the mount is agx's virtual (empty, read-only) directory"
+check '[ -d "$proj/.agx" ] && [ "$(ls -A "$proj/.agx")" = at ]' ".agx/ in the mount is agx's virtual, read-only directory (only the views under at/)"
 check '! touch "$proj/.agx/x" 2>/dev/null' "writes into .agx/ are refused"
 check '[ -z "$(git status --porcelain 2>&1)" ]' "git status is clean and quiet: .agx/ is excluded"
 

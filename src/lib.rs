@@ -7,6 +7,7 @@ pub mod capture;
 pub mod cli;
 pub mod control;
 pub mod fs;
+pub mod hooks;
 pub mod ids;
 pub mod logging;
 pub mod mount;

@@ -324,7 +324,15 @@ fn sqlite_wal_and_shm_live_on_the_backing_directory() {
         );
         assert!(!m.p(".agx").join(name).exists(), "{name} through the mount");
     }
-    assert!(std::fs::read_dir(m.p(".agx")).unwrap().next().is_none());
+    let shown: Vec<_> = std::fs::read_dir(m.p(".agx"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        shown,
+        vec![std::ffi::OsString::from("at")],
+        "only the views"
+    );
 
     // In place: the backing directory is reached through the daemon's own handle of it.
     let m = Mounted::with(|p| std::fs::write(p.join("f"), "f\n").unwrap());
@@ -382,5 +390,13 @@ fn sqlite_wal_and_shm_live_on_the_backing_directory() {
         assert!(root.join(".agx").join(name).exists(), "backing .agx/{name}");
         assert!(!m.p(".agx").join(name).exists(), "{name} through the mount");
     }
-    assert!(std::fs::read_dir(m.p(".agx")).unwrap().next().is_none());
+    let shown: Vec<_> = std::fs::read_dir(m.p(".agx"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        shown,
+        vec![std::ffi::OsString::from("at")],
+        "only the views"
+    );
 }

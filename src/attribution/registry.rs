@@ -67,6 +67,11 @@ impl Registry {
         self.gen.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// The session rooted at process `root` (pid, start time), if any.
+    pub fn rooted_at(&self, root: (u32, u64)) -> Option<SessionId> {
+        self.read().roots.get(&root).copied()
+    }
+
     pub fn set_tool_call(&self, id: SessionId, call: Option<i64>) {
         self.write().known.insert(id, call);
     }

@@ -6,6 +6,9 @@
 //! fsync = "never"        # "never" or "always"
 //! include = ["node_modules/"]   # gitignore-style patterns to capture even if ignored
 //! exclude = ["*.log"]           # extra patterns never captured
+//!
+//! [hooks]
+//! prompt_max = 4096      # bytes of each agent prompt kept (longer ones are truncated)
 //! ```
 
 use serde::Deserialize;
@@ -64,11 +67,35 @@ impl Default for CaptureConfig {
     }
 }
 
+/// What agent hooks record.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HooksConfig {
+    /// Prompts longer than this many bytes are kept truncated (on a character boundary,
+    /// marked with a trailing "…"). Default 4 KiB.
+    #[serde(default = "default_prompt_max")]
+    pub prompt_max: usize,
+}
+
+fn default_prompt_max() -> usize {
+    4096
+}
+
+impl Default for HooksConfig {
+    fn default() -> Self {
+        HooksConfig {
+            prompt_max: default_prompt_max(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
     pub capture: CaptureConfig,
+    #[serde(default)]
+    pub hooks: HooksConfig,
 }
 
 impl Config {
@@ -94,5 +121,13 @@ mod tests {
         assert_eq!(c.capture.fsync, Fsync::Always);
         assert_eq!(c.capture.include, vec!["node_modules/"]);
         assert!(Config::parse("[capture]\nbogus = 1\n").is_err());
+        assert_eq!(Config::parse("").unwrap().hooks.prompt_max, 4096);
+        assert_eq!(
+            Config::parse("[hooks]\nprompt_max = 10\n")
+                .unwrap()
+                .hooks
+                .prompt_max,
+            10
+        );
     }
 }

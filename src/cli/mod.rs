@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand};
 
 mod history;
+mod hooks;
 mod sessions;
 mod undo;
 mod verify;
@@ -109,6 +110,12 @@ pub enum Cmd {
         #[arg(long)]
         repair: bool,
     },
+    /// Record one agent hook event (run by the agent's hook settings; never fails).
+    #[command(subcommand)]
+    Hook(hooks::HookCmd),
+    /// Add or remove agx's entries in an agent's hook settings.
+    #[command(subcommand)]
+    Hooks(hooks::HooksCmd),
     /// Bring the tree (or PATHS) back to REF; the restore itself can be undone.
     Restore {
         #[arg(value_name = "REF")]
@@ -203,6 +210,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Verify { repair } => {
             crate::logging::init(log::LevelFilter::Warn);
             verify::verify(&project_dir(cli.dir.as_deref()), repair, cli.json)
+        }
+        Cmd::Hook(hc) => hooks::hook(cli.dir.as_deref(), hc, cli.json),
+        Cmd::Hooks(hc) => {
+            crate::logging::init(log::LevelFilter::Warn);
+            hooks::hooks(&project_dir(cli.dir.as_deref()), hc, cli.json)
         }
         Cmd::Log { path, since, limit } => {
             crate::logging::init(log::LevelFilter::Warn);

@@ -106,5 +106,6 @@ pub fn handle(
             json(engine.prompt(SessionId(session), &text).map_err(e)?)
         }
         Request::Verify { repair } => json(engine.verify_all(repair).map_err(e)?),
+        Request::Hook(r) => json(engine.hook(&r).map_err(e)?),
     }
 }

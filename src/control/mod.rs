@@ -9,6 +9,7 @@ pub mod blame;
 pub mod client;
 pub mod dispatch;
 pub mod engine;
+pub mod hooks;
 pub mod proto;
 pub mod server;
 pub mod sessions;

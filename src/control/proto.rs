@@ -75,6 +75,8 @@ pub enum Request {
         #[serde(default)]
         repair: bool,
     },
+    /// One agent hook event (session by the agent's key).
+    Hook(crate::control::hooks::HookRequest),
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -6,6 +6,7 @@
 
 pub mod checkpoints;
 pub mod event;
+mod hooks;
 pub mod refs;
 pub mod sessions;
 mod vfs;
