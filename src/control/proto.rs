@@ -61,6 +61,30 @@ pub enum Request {
         session: i64,
         text: String,
     },
+    /// Marks the current point (agx checkpoint).
+    Checkpoint {
+        name: Option<String>,
+        message: Option<String>,
+    },
+    #[serde(rename = "checkpoint-list")]
+    CheckpointList {
+        all: bool,
+    },
+    #[serde(rename = "checkpoint-delete")]
+    CheckpointDelete {
+        name: String,
+    },
+    Pin {
+        at: String,
+    },
+    Unpin {
+        at: String,
+    },
+    Pins,
+    Gc {
+        keep: Option<String>,
+        dry_run: bool,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
