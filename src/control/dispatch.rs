@@ -97,7 +97,7 @@ pub fn handle(
         }
         Request::Checkpoint { name, message } => json(
             engine
-                .checkpoint_create(name.as_deref(), message.as_deref(), false, caller)
+                .checkpoint_create(name.as_deref(), message.as_deref(), caller)
                 .map_err(e)?,
         ),
         Request::CheckpointList { all } => json(engine.checkpoint_list(all).map_err(e)?),

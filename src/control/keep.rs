@@ -107,7 +107,6 @@ impl Engine {
         &self,
         name: Option<&str>,
         message: Option<&str>,
-        auto: bool,
         caller: &Actor,
     ) -> Result<Checkpoint, EngineError> {
         if let Some(n) = name {
@@ -126,7 +125,7 @@ impl Engine {
             }
         }
         let at = tl.max_seq()?;
-        Ok(tl.add_checkpoint(name, at, now_ns(), message, auto, caller_session(caller))?)
+        Ok(tl.add_checkpoint(name, at, now_ns(), message, false, caller_session(caller))?)
     }
 
     pub fn checkpoint_list(&self, all: bool) -> Result<Vec<Checkpoint>, EngineError> {
