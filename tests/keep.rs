@@ -564,6 +564,8 @@ fn gc_keeps_the_bases_of_kept_patches() {
     let m = Mounted::at(|p| std::fs::write(p.join("f"), &v0).unwrap());
     for i in 1..=3 {
         std::fs::write(m.p("f"), version(i)).unwrap();
+        // Each after-image is read (and stored as a patch) before the next write.
+        hist::last_seq(&m);
     }
     // The point after the second write: f is version 2.
     let at = format!("event:{}", hist::events(&m)[2]["seq"]);
