@@ -294,6 +294,11 @@ fn history_commands_are_refused_inside_a_session() {
         .unwrap();
     let line = user_error(&o, "gc with AGX_SESSION");
     assert!(line.contains("refused inside an agent session"), "{line}");
+    // Unmounted, status reads the history directly.
+    let st = json(m.agx(["status", "--json"]), "status");
+    assert_eq!(st["mounted"], false);
+    assert_eq!(st["events"].as_u64(), Some(events as u64));
+    assert_eq!(st["oldest_point"], 0);
     // Outside any session it runs (and keeps the pinned point).
     let r = json(m.agx(["gc", "--keep", "0s", "--json"]), "gc");
     assert_eq!(r["held_by"], "pin now", "{r}");
