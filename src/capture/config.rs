@@ -9,6 +9,9 @@
 //!
 //! [hooks]
 //! prompt_max = 4096      # bytes of each agent prompt kept (longer ones are truncated)
+//!
+//! [history]
+//! keep = "30d"           # the window `agx gc` keeps by default
 //! ```
 
 use serde::Deserialize;
@@ -89,6 +92,39 @@ impl Default for HooksConfig {
     }
 }
 
+/// How long history lasts.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryConfig {
+    /// The window `agx gc` keeps when given no `--keep`: a duration such as `30d`, `12h`,
+    /// `2w` (default `30d`). Only `agx gc`, run by a person, reads it, so it is safe to
+    /// change at any time: lowering it drops nothing until the next gc, and pinned points
+    /// and named checkpoints are kept whatever the window.
+    #[serde(default = "default_keep")]
+    pub keep: String,
+}
+
+fn default_keep() -> String {
+    "30d".into()
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            keep: default_keep(),
+        }
+    }
+}
+
+/// A duration as `--keep` and `history.keep` take it (`30s`, `10m`, `2h`, `30d`, `1w`), in
+/// nanoseconds.
+pub fn parse_duration(s: &str) -> Option<i64> {
+    match crate::timeline::refs::Ref::parse(s) {
+        Ok(crate::timeline::refs::Ref::Ago(ns)) => Some(ns),
+        _ => None,
+    }
+}
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -96,6 +132,8 @@ pub struct Config {
     pub capture: CaptureConfig,
     #[serde(default)]
     pub hooks: HooksConfig,
+    #[serde(default)]
+    pub history: HistoryConfig,
 }
 
 impl Config {
@@ -129,5 +167,12 @@ mod tests {
                 .prompt_max,
             10
         );
+        assert_eq!(c.history.keep, "30d");
+        let c = Config::parse("[history]\nkeep = \"2w\"\n").unwrap();
+        assert_eq!(
+            parse_duration(&c.history.keep),
+            Some(14 * 86400 * 1_000_000_000)
+        );
+        assert_eq!(parse_duration("soon"), None);
     }
 }

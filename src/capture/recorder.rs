@@ -148,7 +148,16 @@ fn known_of(st: &rustix::fs::Stat, hash: ContentHash) -> Known {
 enum Job {
     Commit(Box<Ticket>, After),
     Flush(Sender<()>),
+    /// Acknowledge once every earlier job is in the timeline, then wait until the second
+    /// channel closes (see [`Recorder::pause`]).
+    Pause(Sender<()>, Receiver<()>),
     Stop,
+}
+
+/// While this lives, the capture worker stores no object and records no event (changes
+/// still begin and commit; their jobs wait in the queue). Dropping it resumes the worker.
+pub struct Paused {
+    _resume: Sender<()>,
 }
 
 pub(super) struct Shared {
@@ -555,6 +564,25 @@ impl Recorder {
         }
     }
 
+    /// Flushes, then holds the worker until the returned guard is dropped: gc deletes
+    /// objects meanwhile, and no object can be written against a base it deletes.
+    pub fn pause(&self) -> Paused {
+        let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
+        let (resume_tx, resume_rx) = crossbeam_channel::bounded(0);
+        if self.tx.send(Job::Pause(ack_tx, resume_rx)).is_ok() {
+            let _ = ack_rx.recv();
+        }
+        Paused { _resume: resume_tx }
+    }
+
+    /// Contents of live files the recorder knows to be stored (a later before-image of
+    /// such a file refers to the stored object instead of copying it). Only the worker
+    /// adds to this set, so while it is paused the set is complete.
+    pub fn known_hashes(&self) -> Vec<ContentHash> {
+        let known = self.shared.known.lock().unwrap_or_else(|e| e.into_inner());
+        known.values().map(|k| k.hash).collect()
+    }
+
     /// Flushes and stops the worker (at unmount). Events begun later are still journaled
     /// and recovered at the next start.
     pub fn shutdown(&self) {
@@ -784,6 +812,7 @@ fn worker_loop(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
             rx.try_recv().ok()
         };
         let mut waiter = None;
+        let mut pause = None;
         match job {
             Some(Job::Commit(t, after)) => {
                 let base = timeline.last_hash_of(&t.event.path).ok().flatten();
@@ -809,6 +838,7 @@ fn worker_loop(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
                 }
             }
             Some(Job::Flush(w)) => waiter = Some(w),
+            Some(Job::Pause(ack, resume)) => pause = Some((ack, resume)),
             Some(Job::Stop) => stop = true,
             None => {}
         }
@@ -839,6 +869,11 @@ fn worker_loop(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
         }
         if let Some(w) = waiter {
             let _ = w.send(());
+        }
+        if let Some((ack, resume)) = pause {
+            let _ = ack.send(());
+            // Returns when the guard is dropped (the sender closes).
+            let _ = resume.recv();
         }
     }
 }

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod history;
 mod hooks;
+mod keep;
 mod sessions;
 mod undo;
 mod verify;
@@ -148,6 +149,29 @@ pub enum Cmd {
     },
     /// Who last changed each line of a file: event, session, agent, time.
     Blame { path: PathBuf },
+    /// Mark the current point with a name (O(1): nothing is copied or scanned); `list`
+    /// and `delete` manage checkpoints.
+    Checkpoint(keep::CheckpointArgs),
+    /// Keep the point REF restorable in full whatever gc does (alone: list the pins).
+    Pin {
+        #[arg(value_name = "REF")]
+        at: Option<String>,
+    },
+    /// Remove a pin (refused inside an agent session).
+    Unpin {
+        #[arg(value_name = "REF")]
+        at: String,
+    },
+    /// Drop history older than the window, except pinned points and checkpoints (refused
+    /// inside an agent session).
+    Gc {
+        /// The window to keep (default: history.keep in .agx/config.toml, else 30d).
+        #[arg(long, value_name = "DURATION")]
+        keep: Option<String>,
+        /// Report what would be dropped and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -274,6 +298,22 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             crate::logging::init(log::LevelFilter::Warn);
             undo::blame(&project_dir(cli.dir.as_deref()), &path, cli.json)
         }
+        Cmd::Checkpoint(args) => {
+            crate::logging::init(log::LevelFilter::Warn);
+            keep::checkpoint(&project_dir(cli.dir.as_deref()), args, cli.json)
+        }
+        Cmd::Pin { at } => {
+            crate::logging::init(log::LevelFilter::Warn);
+            keep::pin(&project_dir(cli.dir.as_deref()), at, cli.json)
+        }
+        Cmd::Unpin { at } => {
+            crate::logging::init(log::LevelFilter::Warn);
+            keep::unpin(&project_dir(cli.dir.as_deref()), at, cli.json)
+        }
+        Cmd::Gc { keep: k, dry_run } => {
+            crate::logging::init(log::LevelFilter::Warn);
+            keep::gc(&project_dir(cli.dir.as_deref()), k, dry_run, cli.json)
+        }
         Cmd::Mount {
             dir,
             at,
@@ -345,8 +385,15 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             crate::logging::init(log::LevelFilter::Warn);
             let dir = project_dir(cli.dir.as_deref());
             let st = mount::status(&dir)?;
+            let hist = keep::status_history(&st.project, st.mounted);
             if cli.json {
-                println!("{}", serde_json::to_string_pretty(&st)?);
+                let mut v = serde_json::to_value(&st)?;
+                if let Some(h) = &hist {
+                    for k in ["events", "store_bytes", "oldest_point", "oldest_time"] {
+                        v[k] = h[k].clone();
+                    }
+                }
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else if st.mounted {
                 println!("project:    {}", st.project.display());
                 println!(
@@ -359,8 +406,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 if let Some(l) = &st.log {
                     println!("log:        {}", l.display());
                 }
+                if let Some(h) = &hist {
+                    keep::print_status_history(h);
+                }
             } else {
                 println!("{}: not mounted", st.project.display());
+                if let Some(h) = &hist {
+                    keep::print_status_history(h);
+                }
             }
             Ok(())
         }

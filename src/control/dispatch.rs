@@ -107,5 +107,20 @@ pub fn handle(
         }
         Request::Verify { repair } => json(engine.verify_all(repair).map_err(e)?),
         Request::Hook(r) => json(engine.hook(&r).map_err(e)?),
+        Request::Checkpoint { name, message } => json(
+            engine
+                .checkpoint_create(name.as_deref(), message.as_deref(), caller)
+                .map_err(e)?,
+        ),
+        Request::CheckpointList { all } => json(engine.checkpoint_list(all).map_err(e)?),
+        Request::CheckpointDelete { name } => {
+            json(engine.checkpoint_delete(&name, caller).map_err(e)?)
+        }
+        Request::Pin { at } => json(engine.pin(&at).map_err(e)?),
+        Request::Unpin { at } => json(engine.unpin(&at, caller).map_err(e)?),
+        Request::Pins => json(engine.pins().map_err(e)?),
+        Request::Gc { keep, dry_run } => {
+            json(engine.gc(keep.as_deref(), dry_run, caller).map_err(e)?)
+        }
     }
 }

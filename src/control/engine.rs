@@ -126,6 +126,9 @@ pub struct Summary {
     pub events: i64,
     pub last_event: i64,
     pub store_bytes: u64,
+    /// The oldest restorable point (the gc horizon, else 0) and when it was current.
+    pub oldest_point: i64,
+    pub oldest_time_ns: Option<i64>,
 }
 
 impl Engine {
@@ -216,10 +219,13 @@ impl Engine {
     pub fn summary(&self) -> Result<Summary, EngineError> {
         self.recorder.flush();
         let tl = self.tl();
+        let (oldest, oldest_time_ns) = tl.oldest_point()?;
         Ok(Summary {
             events: tl.count()?,
             last_event: tl.max_seq()?.0,
             store_bytes: self.store.disk_usage(),
+            oldest_point: oldest.0,
+            oldest_time_ns,
         })
     }
 
@@ -297,7 +303,12 @@ impl Engine {
         self.recorder.flush();
         let from = match from {
             Some(f) => self.point(f)?,
-            None => self.tl().last_mount_point()?.unwrap_or(Seq(0)),
+            // Never before the gc horizon, whose history is gone.
+            None => {
+                let tl = self.tl();
+                let h = tl.horizon()?.map(|h| h.seq).unwrap_or(Seq(0));
+                tl.last_mount_point()?.unwrap_or(Seq(0)).max(h)
+            }
         };
         let to = to.map(|t| self.point(t)).transpose()?;
         let tl = self.tl();

@@ -10,6 +10,7 @@ pub mod client;
 pub mod dispatch;
 pub mod engine;
 pub mod hooks;
+pub mod keep;
 pub mod proto;
 pub mod server;
 pub mod sessions;

@@ -77,6 +77,30 @@ pub enum Request {
     },
     /// One agent hook event (session by the agent's key).
     Hook(crate::control::hooks::HookRequest),
+    /// Marks the current point (agx checkpoint).
+    Checkpoint {
+        name: Option<String>,
+        message: Option<String>,
+    },
+    #[serde(rename = "checkpoint-list")]
+    CheckpointList {
+        all: bool,
+    },
+    #[serde(rename = "checkpoint-delete")]
+    CheckpointDelete {
+        name: String,
+    },
+    Pin {
+        at: String,
+    },
+    Unpin {
+        at: String,
+    },
+    Pins,
+    Gc {
+        keep: Option<String>,
+        dry_run: bool,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -84,6 +84,7 @@ impl Engine {
             now_ns(),
             at,
         )?;
+        super::keep::auto_checkpoint(&mut tl, at, &format!("session {} started", s.id), s.id)?;
         reg.add(s.id, Some((req.pid, start)));
         Ok(s)
     }
@@ -102,7 +103,12 @@ impl Engine {
             }
         };
         self.recorder.flush();
-        self.tl().end_session(s.id, now_ns())?;
+        {
+            let mut tl = self.tl();
+            let at = tl.max_seq()?;
+            tl.end_session(s.id, now_ns())?;
+            super::keep::auto_checkpoint(&mut tl, at, &format!("session {} ended", s.id), s.id)?;
+        }
         self.attrib.sessions().end(s.id);
         Ok(self
             .tl()
@@ -165,6 +171,7 @@ impl Engine {
         let mut tl = self.tl();
         let at = tl.max_seq()?.max(self.recorder.last_seq());
         let call = tl.start_tool_call(id, tool, tool_use_id, now_ns(), at)?;
+        super::keep::auto_checkpoint(&mut tl, at, &format!("before {tool} (session {id})"), id)?;
         self.attrib.sessions().set_tool_call(id, Some(call));
         Ok(call)
     }

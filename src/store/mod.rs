@@ -350,6 +350,42 @@ impl Store {
         Ok(out)
     }
 
+    /// The object `h` is patched against, if it is a patch object (read from its header
+    /// only). gc keeps the base of every object it keeps: a patch cannot be read without it.
+    pub fn base_of(&self, h: &ContentHash) -> Result<Option<ContentHash>, StoreError> {
+        let fd = match rustix::fs::openat(
+            &self.dir,
+            rel(h),
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Err(StoreError::Missing(*h)),
+            Err(e) => return Err(rio("opening an object")(e)),
+        };
+        let mut head = Vec::with_capacity(38);
+        std::fs::File::from(fd)
+            .take(38)
+            .read_to_end(&mut head)
+            .map_err(io("reading an object"))?;
+        match format::decode(&head) {
+            Ok(format::Decoded::Patch { base, .. }) => Ok(Some(base)),
+            Ok(format::Decoded::Whole(_)) => Ok(None),
+            Err(reason) => Err(StoreError::Corrupt { hash: *h, reason }),
+        }
+    }
+
+    /// Deletes object `h`; returns the bytes it took (0 when it was not there). Only gc
+    /// calls this, after the events that referred to `h` are gone.
+    pub fn remove(&self, h: &ContentHash) -> Result<u64, StoreError> {
+        let size = self.stored_size(h).unwrap_or(0);
+        match rustix::fs::unlinkat(&self.dir, rel(h), AtFlags::empty()) {
+            Ok(()) => Ok(size),
+            Err(rustix::io::Errno::NOENT) => Ok(0),
+            Err(e) => Err(rio("deleting an object")(e)),
+        }
+    }
+
     /// Total bytes the objects take on disk.
     pub fn disk_usage(&self) -> u64 {
         self.list()

@@ -6,6 +6,7 @@
 
 pub mod checkpoints;
 pub mod event;
+pub mod gc;
 mod hooks;
 pub mod refs;
 pub mod sessions;
@@ -105,6 +106,17 @@ const MIGRATIONS: &[&str] = &[
         time_ns INTEGER NOT NULL
     );
     CREATE INDEX events_session ON events(session, seq) WHERE session IS NOT NULL;",
+    // 3: gc runs; the latest one's `seq` is the oldest restorable point.
+    "CREATE TABLE gc_runs (
+        id INTEGER PRIMARY KEY,
+        time_ns INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        seq_time_ns INTEGER NOT NULL,
+        keep TEXT NOT NULL,
+        events_deleted INTEGER NOT NULL,
+        objects_deleted INTEGER NOT NULL DEFAULT 0,
+        bytes_freed INTEGER NOT NULL DEFAULT 0
+    );",
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -271,11 +283,16 @@ impl Timeline {
         row.map(|(s, b)| Self::decode(s, b)).transpose()
     }
 
-    /// The highest recorded sequence number (0 when empty).
+    /// The highest recorded sequence number (0 when empty). gc may have dropped every
+    /// event up to its horizon: the horizon still counts, so sequence numbers are never
+    /// reused.
     pub fn max_seq(&self) -> Result<Seq, TimelineError> {
-        let m: Option<i64> = self
-            .conn
-            .query_row("SELECT MAX(seq) FROM events", [], |r| r.get(0))?;
+        let m: Option<i64> = self.conn.query_row(
+            "SELECT MAX(m) FROM (SELECT MAX(seq) AS m FROM events
+                                 UNION ALL SELECT MAX(seq) FROM gc_runs)",
+            [],
+            |r| r.get(0),
+        )?;
         Ok(Seq(m.unwrap_or(0)))
     }
 

@@ -42,6 +42,10 @@ pub enum RefError {
     UnknownSession(String),
     #[error("'{0}' is in the future")]
     Future(String),
+    #[error(
+        "'{text}' is before the oldest restorable point ({time}): gc dropped the history before it"
+    )]
+    BeforeHorizon { text: String, time: String },
     #[error(transparent)]
     Timeline(#[from] TimelineError),
 }
@@ -120,8 +124,39 @@ impl Ref {
         Ok(Ref::Named(s.to_string()))
     }
 
-    /// The point this REF names in `timeline`, with `now_ns` as the current time.
+    /// The point this REF names in `timeline`, with `now_ns` as the current time. A point
+    /// before the gc horizon is refused (its history is gone); a time at or after the
+    /// horizon's time but before the first event left resolves to the horizon.
     pub fn resolve(&self, timeline: &Timeline, now_ns: i64, text: &str) -> Result<Seq, RefError> {
+        let p = self.resolve_raw(timeline, now_ns, text)?;
+        let Some(h) = timeline.horizon()? else {
+            return Ok(p);
+        };
+        let started_before = match self {
+            Ref::Session(id) => timeline
+                .find_session(id)?
+                .is_some_and(|s| s.start_seq < h.seq),
+            _ => false,
+        };
+        if p >= h.seq && !started_before {
+            return Ok(p);
+        }
+        let at = match self {
+            Ref::Time(t) => Some(*t),
+            Ref::Ago(d) => Some(now_ns - d),
+            _ => None,
+        };
+        if at.is_some_and(|t| t >= h.time_ns) {
+            return Ok(h.seq);
+        }
+        Err(RefError::BeforeHorizon {
+            text: text.to_string(),
+            time: chrono::DateTime::from_timestamp_nanos(h.time_ns)
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        })
+    }
+
+    fn resolve_raw(&self, timeline: &Timeline, now_ns: i64, text: &str) -> Result<Seq, RefError> {
         match self {
             Ref::Now => Ok(timeline.max_seq()?),
             Ref::Event(n) => {
