@@ -89,7 +89,7 @@ fn a_clean_store_passes_mounted_and_unmounted() {
     assert_eq!(v["problems"].as_array().unwrap().len(), 0);
     assert!(v["objects"].as_u64().unwrap() >= 3);
     assert!(v["events"].as_u64().unwrap() >= 3);
-    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["schema_version"], agx::timeline::SCHEMA_VERSION);
     m.unmount();
     let o = m.agx(["verify"]);
     assert!(stderr(&o).contains("no problems"), "{}", stderr(&o));

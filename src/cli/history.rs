@@ -44,17 +44,6 @@ impl Project {
         })
     }
 
-    fn call(
-        &self,
-        req: Request,
-        progress: &mut dyn FnMut(usize, usize),
-    ) -> Result<serde_json::Value> {
-        match &self.backend {
-            Backend::Remote(sock) => client::call(sock, &req, progress).map_err(|e| anyhow!(e)),
-            Backend::Local(_) => unreachable!("local requests are served directly"),
-        }
-    }
-
     /// Sends `req` to the daemon, or answers it with the local engine when the project is
     /// not mounted (attributed to this process).
     pub fn request(
@@ -167,17 +156,14 @@ pub fn log(
 ) -> Result<()> {
     let p = Project::open(dir)?;
     let rel = path.map(|x| p.rel(x)).transpose()?;
-    let events: Vec<Event> = match &p.backend {
-        Backend::Local(e) => e.log(rel, since, limit)?,
-        Backend::Remote(_) => serde_json::from_value(p.call(
-            Request::Log {
-                path: rel.map(|r| hex(&r)),
-                since: since.map(String::from),
-                limit,
-            },
-            &mut |_, _| {},
-        )?)?,
-    };
+    let events: Vec<Event> = serde_json::from_value(p.request(
+        Request::Log {
+            path: rel.map(|r| hex(&r)),
+            since: since.map(String::from),
+            limit,
+        },
+        &mut |_, _| {},
+    )?)?;
     let mut out = std::io::stdout().lock();
     if json {
         let v: Vec<_> = events.iter().map(event_json).collect();
@@ -233,19 +219,14 @@ pub fn log(
 pub fn show(dir: &Path, at: &str, path: &Path) -> Result<()> {
     let p = Project::open(dir)?;
     let rel = p.rel(path)?;
-    let bytes = match &p.backend {
-        Backend::Local(e) => e.show(at, &rel)?,
-        Backend::Remote(_) => {
-            let v = p.call(
-                Request::Show {
-                    at: at.to_string(),
-                    path: hex(&rel),
-                },
-                &mut |_, _| {},
-            )?;
-            unhex(v.as_str().unwrap_or_default()).map_err(|e| anyhow!(e))?
-        }
-    };
+    let v = p.request(
+        Request::Show {
+            at: at.to_string(),
+            path: hex(&rel),
+        },
+        &mut |_, _| {},
+    )?;
+    let bytes = unhex(v.as_str().unwrap_or_default()).map_err(|e| anyhow!(e))?;
     std::io::stdout().lock().write_all(&bytes)?;
     Ok(())
 }
@@ -275,17 +256,14 @@ pub fn diff(dir: &Path, refs: &[String], paths: &[PathBuf], stat: bool, json: bo
     let rels: Vec<Vec<u8>> = paths.iter().map(|x| p.rel(x)).collect::<Result<_>>()?;
     let from = refs.first().map(String::as_str);
     let to = refs.get(1).map(String::as_str);
-    let diffs: Vec<FileDiff> = match &p.backend {
-        Backend::Local(e) => e.diff(from, to, &rels)?,
-        Backend::Remote(_) => serde_json::from_value(p.call(
-            Request::Diff {
-                from: from.map(String::from),
-                to: to.map(String::from),
-                paths: rels.iter().map(|r| hex(r)).collect(),
-            },
-            &mut |_, _| {},
-        )?)?,
-    };
+    let diffs: Vec<FileDiff> = serde_json::from_value(p.request(
+        Request::Diff {
+            from: from.map(String::from),
+            to: to.map(String::from),
+            paths: rels.iter().map(|r| hex(r)).collect(),
+        },
+        &mut |_, _| {},
+    )?)?;
     let mut out = std::io::stdout().lock();
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&diffs)?)?;
