@@ -29,7 +29,12 @@ pub fn start(path: &Path, engine: Arc<Engine>) -> std::io::Result<Server> {
         .name("agx-control".into())
         .spawn(move || {
             for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
+                let Ok(conn) = conn else {
+                    // Out of descriptors, say: the connection waits in the backlog; don't
+                    // spin on it.
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                };
                 let engine = engine.clone();
                 let _ = std::thread::Builder::new()
                     .name("agx-request".into())

@@ -232,10 +232,30 @@ fn user_allow_other() -> bool {
         .unwrap_or(false)
 }
 
-/// Raises the descriptor limit: the daemon holds one descriptor per inode the kernel knows.
+/// Raises the descriptor limit: the daemon holds one descriptor per inode the kernel knows,
+/// so a tree of more files than the limit (an npm install, a big untar) would run out.
+/// With CAP_SYS_RESOURCE (root) the hard limit goes up to the kernel's `fs.nr_open` (at
+/// most 2^20); otherwise the soft limit goes up to the hard one.
 fn raise_nofile() {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    const CEILING: u64 = 1 << 20;
     let cur = getrlimit(Resource::Nofile);
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map(|n| n.min(CEILING));
+    if let Some(n) = nr_open.filter(|n| cur.maximum.is_some_and(|m| *n > m)) {
+        let raised = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(n),
+                maximum: Some(n),
+            },
+        );
+        if raised.is_ok() {
+            return;
+        }
+    }
     if let Some(max) = cur.maximum {
         let _ = setrlimit(
             Resource::Nofile,
