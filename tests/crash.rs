@@ -324,15 +324,7 @@ fn sqlite_wal_and_shm_live_on_the_backing_directory() {
         );
         assert!(!m.p(".agx").join(name).exists(), "{name} through the mount");
     }
-    let shown: Vec<_> = std::fs::read_dir(m.p(".agx"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(
-        shown,
-        vec![std::ffi::OsString::from("at")],
-        "only the views"
-    );
+    assert_agx_shows_only_views(&m);
 
     // In place: the backing directory is reached through the daemon's own handle of it.
     let m = Mounted::with(|p| std::fs::write(p.join("f"), "f\n").unwrap());
@@ -390,6 +382,11 @@ fn sqlite_wal_and_shm_live_on_the_backing_directory() {
         assert!(root.join(".agx").join(name).exists(), "backing .agx/{name}");
         assert!(!m.p(".agx").join(name).exists(), "{name} through the mount");
     }
+    assert_agx_shows_only_views(&m);
+}
+
+/// The virtual `.agx` of a mount lists nothing of agx's state, only the views' `at`.
+fn assert_agx_shows_only_views(m: &Mounted) {
     let shown: Vec<_> = std::fs::read_dir(m.p(".agx"))
         .unwrap()
         .map(|e| e.unwrap().file_name())

@@ -21,8 +21,12 @@ pub fn oops(dir: &Path, dry_run: bool, yes: bool, json: bool) -> Result<()> {
     let what = t["what"].as_str().unwrap_or("").to_string();
     let rels: Vec<Vec<u8>> = t["paths"]
         .as_array()
-        .map(|a| a.iter().filter_map(|x| x.as_str()).map(unhex).collect())
-        .transpose_paths()?;
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x.as_str())
+        .map(unhex)
+        .collect::<Result<_, String>>()
+        .map_err(|e| anyhow!(e))?;
     let plan = p.request(
         Request::Plan {
             at: at.clone(),
@@ -125,16 +129,6 @@ pub fn oops(dir: &Path, dry_run: bool, yes: bool, json: bool) -> Result<()> {
         eprintln!("run `agx oops` again to redo");
     }
     Ok(())
-}
-
-trait TransposePaths {
-    fn transpose_paths(self) -> Result<Vec<Vec<u8>>>;
-}
-
-impl TransposePaths for Option<Result<Vec<Vec<u8>>, String>> {
-    fn transpose_paths(self) -> Result<Vec<Vec<u8>>> {
-        self.unwrap_or(Ok(Vec::new())).map_err(|e| anyhow!(e))
-    }
 }
 
 pub fn blame(dir: &Path, path: &Path, json: bool) -> Result<()> {

@@ -334,7 +334,7 @@ impl Engine {
         on_conflict: OnConflict,
     ) -> Result<Plan, EngineError> {
         let point = self.point(r)?;
-        let mut plan = match self.session_scope(r, paths)? {
+        let plan = match self.session_scope(r, paths)? {
             Some(mut scope) => {
                 let full = if scope.paths.is_empty() {
                     Plan::empty(point)
@@ -366,7 +366,6 @@ impl Engine {
             }
             None => Plan::compute(&self.root, &self.tl(), point, paths)?,
         };
-        plan.steps.shrink_to_fit();
         self.verify(&plan, r)?;
         Ok(plan)
     }

@@ -37,9 +37,14 @@ pub const OOPS_NOTE: &str = "oops: ";
 /// Changes more than this apart are separate bursts (for `oops` without sessions).
 pub const BURST_GAP_NS: i64 = 60 * 1_000_000_000;
 
+/// `p` is `o` or a path below it.
+fn at_or_below(p: &[u8], o: &[u8]) -> bool {
+    p == o || (p.len() > o.len() && p.starts_with(o) && p[o.len()] == b'/')
+}
+
+/// One of the paths is the other or below it.
 pub(crate) fn related(a: &[u8], b: &[u8]) -> bool {
-    let under = |x: &[u8], y: &[u8]| x.len() > y.len() && x.starts_with(y) && x[y.len()] == b'/';
-    a == b || under(a, b) || under(b, a)
+    at_or_below(a, b) || at_or_below(b, a)
 }
 
 /// Git's derived state: the index (a cache of the tree plus stat data, rewritten by a mere
@@ -90,7 +95,7 @@ impl Engine {
         let mine = tl.session_events(s.id)?;
         let paths: Vec<Vec<u8>> = touched(&mine)
             .into_iter()
-            .filter(|p| only.is_empty() || only.iter().any(|o| related(p, o) && p.starts_with(o)))
+            .filter(|p| only.is_empty() || only.iter().any(|o| at_or_below(p, o)))
             .collect();
         let sid = s.id.to_string();
         let mut conflicts: Vec<Conflict> = Vec::new();
