@@ -7,6 +7,7 @@ pub mod ignore;
 mod journal;
 pub mod recorder;
 mod recovery;
+mod slots;
 mod staging;
 pub mod state;
 

@@ -173,17 +173,24 @@ pub(super) struct Shared {
     pub root: OwnedFd,
     /// Files larger than this are hashed, never stored.
     max_size: u64,
+    /// Queued jobs that hold a descriptor.
+    slots: super::slots::Slots,
 }
 
 impl Shared {
     fn reopen_read(&self, fd: impl AsFd) -> std::io::Result<OwnedFd> {
         use std::os::fd::AsRawFd;
-        Ok(rustix::fs::openat(
-            &self.proc_fd,
-            fd.as_fd().as_raw_fd().to_string(),
-            OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?)
+        let name = fd.as_fd().as_raw_fd().to_string();
+        Ok(crate::fs::without_atime(|quiet| {
+            crate::fs::retry_descriptor(|| {
+                rustix::fs::openat(
+                    &self.proc_fd,
+                    &name,
+                    OFlags::RDONLY | OFlags::CLOEXEC | quiet,
+                    Mode::empty(),
+                )
+            })
+        })?)
     }
 }
 
@@ -239,6 +246,7 @@ impl Recorder {
             proc_fd,
             root,
             max_size: cfg.max_size,
+            slots: super::slots::Slots::for_limit(crate::fs::nofile_limit()),
         });
         let last = super::recovery::recover(&shared, agx, &mut timeline)?;
         let reader_root = rustix::io::dup(&shared.root)
@@ -537,7 +545,13 @@ impl Recorder {
                 t.event.seq
             );
         }
-        let _ = self.tx.send(Job::Commit(Box::new(t), after));
+        let holds_fd = matches!(after, After::Content(_));
+        if holds_fd {
+            self.shared.slots.acquire();
+        }
+        if self.tx.send(Job::Commit(Box::new(t), after)).is_err() && holds_fd {
+            self.shared.slots.release();
+        }
     }
 
     /// Abandons an event whose mutation failed.
@@ -816,7 +830,11 @@ fn worker_loop(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
         match job {
             Some(Job::Commit(t, after)) => {
                 let base = timeline.last_hash_of(&t.event.path).ok().flatten();
+                let held_fd = matches!(after, After::Content(_));
                 let done = finish(&shared, *t, after, base);
+                if held_fd {
+                    shared.slots.release();
+                }
                 settled += 1;
                 if is_noop(&done.event) {
                     // Nothing to record; the journal says so before the staged copy goes,

@@ -105,7 +105,9 @@ impl Engine {
         self.recorder.flush();
         {
             let mut tl = self.tl();
-            let at = tl.max_seq()?;
+            // Begun events count too: a file the session wrote is committed when the kernel
+            // releases it, which can come after the session's last process is gone.
+            let at = tl.max_seq()?.max(self.recorder.last_seq());
             tl.end_session(s.id, now_ns())?;
             super::keep::auto_checkpoint(&mut tl, at, &format!("session {} ended", s.id), s.id)?;
         }

@@ -47,10 +47,7 @@ impl AgxFs {
             (self.root(), None)
         } else {
             let node = self.node(ino)?;
-            let file = self.reopen(
-                std::os::fd::AsFd::as_fd(&node.fd),
-                OFlags::RDONLY | OFlags::DIRECTORY,
-            )?;
+            let file = self.reopen_node(&node, OFlags::RDONLY | OFlags::DIRECTORY)?;
             (node, Some(file))
         };
         let fh = self.handles.insert(Handle::Dir(DirHandle {
@@ -71,7 +68,7 @@ impl AgxFs {
         add: &mut impl FnMut(Entry) -> bool,
     ) -> Result<(), Errno> {
         // `..` reports the number stat gives the root: its backing st_ino.
-        let root_ino = rustix::fs::fstat(&self.root().fd).or_errno()?.st_ino;
+        let root_ino = rustix::fs::fstat(&*self.root_fd()).or_errno()?.st_ino;
         let entries = [
             (".", NodeId::AGX_DIR.0),
             ("..", root_ino),

@@ -8,7 +8,7 @@ use fuser::{Errno, FileAttr};
 use rustix::fs::{AtFlags, FileType as RxType, Gid, Mode, RenameFlags, Stat, Uid};
 
 use super::{AgxFs, OrErrno};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 
 use crate::capture::{After, Before};
 use crate::fs::inode::Node;
@@ -17,12 +17,12 @@ use crate::timeline::Op;
 
 /// Whether the directory `dir` carries a default ACL. Cached on the node: ACLs change only
 /// through xattr requests on it, which reset the cache.
-fn has_default_acl(dir: &Node) -> bool {
+fn has_default_acl(dir: &Node, fd: &OwnedFd) -> bool {
     if let Some(known) = dir.default_acl() {
         return known;
     }
     let has = matches!(
-        rustix::fs::getxattr_query(super::proc_path(&dir.fd), "system.posix_acl_default"),
+        rustix::fs::getxattr_query(super::proc_path(fd), "system.posix_acl_default"),
         Ok(n) if n > 0
     );
     dir.set_default_acl(Some(has));
@@ -74,14 +74,15 @@ impl AgxFs {
         if caller.uid == 0 && caller.gid == 0 {
             return Ok(());
         }
-        let pst = rustix::fs::fstat(&parent.fd).or_errno()?;
+        let pfd = self.fd(parent)?;
+        let pst = rustix::fs::fstat(&*pfd).or_errno()?;
         let gid = if pst.st_mode & libc::S_ISGID != 0 {
             None
         } else {
             Some(Gid::from_raw(caller.gid))
         };
         rustix::fs::chownat(
-            &parent.fd,
+            &*pfd,
             name,
             Some(Uid::from_raw(caller.uid)),
             gid,
@@ -92,7 +93,7 @@ impl AgxFs {
         let kind = RxType::from_raw_mode(mode);
         if mode & 0o6000 != 0 && kind != RxType::Directory && kind != RxType::Symlink {
             rustix::fs::chmodat(
-                &parent.fd,
+                &*pfd,
                 name,
                 Mode::from_raw_mode(mode & 0o7777),
                 AtFlags::empty(),
@@ -107,8 +108,14 @@ impl AgxFs {
     /// The kernel leaves umask to agx (FUSE_DONT_MASK, and with FUSE_POSIX_ACL it must
     /// not apply it itself), and the daemon runs with umask 0. Applying a umask the
     /// kernel already applied changes nothing.
-    pub(super) fn creation_mode(&self, parent: &Node, mode: u32, caller: Caller) -> u32 {
-        if has_default_acl(parent) {
+    pub(super) fn creation_mode(
+        &self,
+        parent: &Node,
+        pfd: &OwnedFd,
+        mode: u32,
+        caller: Caller,
+    ) -> u32 {
+        if has_default_acl(parent, pfd) {
             mode
         } else {
             mode & !(caller.umask & 0o777)
@@ -139,18 +146,19 @@ impl AgxFs {
         caller: Caller,
         op: Op,
         mode: u32,
-        make: impl FnOnce(&Node, u32) -> Result<(), Errno>,
+        make: impl FnOnce(&OwnedFd, u32) -> Result<(), Errno>,
     ) -> Result<FileAttr, Errno> {
         let p = self.writable_parent(parent, name)?;
+        let pfd = self.fd(&p)?;
         let path = self.child_path(&p, name);
         let is_dir = op == Op::Mkdir;
         let t = self.record(caller.pid, op, path, is_dir, None, Before::Absent, None)?;
         let mode = if op == Op::Symlink {
             mode
         } else {
-            self.creation_mode(&p, mode, caller)
+            self.creation_mode(&p, &pfd, mode, caller)
         };
-        let r = make(&p, mode).and_then(|()| self.finish_new(&p, name, caller, mode));
+        let r = make(&pfd, mode).and_then(|()| self.finish_new(&p, name, caller, mode));
         self.finish(t, &r, || self.after_at(&p, name));
         r
     }
@@ -164,7 +172,7 @@ impl AgxFs {
     ) -> Result<FileAttr, Errno> {
         let mode = (mode & 0o7777) | libc::S_IFDIR;
         self.make_object(parent, name, caller, Op::Mkdir, mode, |p, m| {
-            rustix::fs::mkdirat(&p.fd, name, Mode::from_raw_mode(m & 0o7777)).or_errno()
+            rustix::fs::mkdirat(p, name, Mode::from_raw_mode(m & 0o7777)).or_errno()
         })
     }
 
@@ -178,7 +186,7 @@ impl AgxFs {
     ) -> Result<FileAttr, Errno> {
         self.make_object(parent, name, caller, Op::Mknod, mode, |p, m| {
             rustix::fs::mknodat(
-                &p.fd,
+                p,
                 name,
                 RxType::from_raw_mode(m),
                 Mode::from_raw_mode(m & 0o7777),
@@ -197,7 +205,7 @@ impl AgxFs {
     ) -> Result<FileAttr, Errno> {
         let mode = libc::S_IFLNK | 0o777;
         self.make_object(parent, name, caller, Op::Symlink, mode, |p, _| {
-            rustix::fs::symlinkat(target, &p.fd, name).or_errno()
+            rustix::fs::symlinkat(target, p, name).or_errno()
         })
     }
 
@@ -216,6 +224,7 @@ impl AgxFs {
         }
         let node = self.node(ino)?;
         let p = self.writable_parent(new_parent, new_name)?;
+        let (fd, pfd) = (self.fd(&node)?, self.fd(&p)?);
         let path = self.child_path(&p, new_name);
         let t = self.record(
             caller.pid,
@@ -229,8 +238,8 @@ impl AgxFs {
         // Through /proc/self/fd, linkat needs no CAP_DAC_READ_SEARCH (unlike AT_EMPTY_PATH).
         let r = rustix::fs::linkat(
             &self.proc_fd,
-            super::fd_name(std::os::fd::AsFd::as_fd(&node.fd)),
-            &p.fd,
+            super::fd_name(fd.as_fd()),
+            &*pfd,
             new_name,
             AtFlags::SYMLINK_FOLLOW,
         )
@@ -259,6 +268,7 @@ impl AgxFs {
         caller: Caller,
     ) -> Result<(), Errno> {
         let p = self.writable_parent(parent, name)?;
+        let pfd = self.fd(&p)?;
         let obj = self.peek(&p, name)?.ok_or(Errno::ENOENT)?;
         let path = self.child_path(&p, name);
         let (op, before) = if dir {
@@ -268,7 +278,7 @@ impl AgxFs {
                 Op::Unlink,
                 Before::Leaving {
                     fd: obj.as_fd(),
-                    dir: p.fd.as_fd(),
+                    dir: pfd.as_fd(),
                     name,
                     may_change: self.may_change(&obj),
                 },
@@ -280,10 +290,11 @@ impl AgxFs {
         } else {
             AtFlags::empty()
         };
-        let r = rustix::fs::unlinkat(&p.fd, name, flags).or_errno();
+        let r = rustix::fs::unlinkat(&*pfd, name, flags).or_errno();
         self.finish(t, &r, || After::Absent);
         if r.is_ok() {
             self.note_ignore_file(name);
+            self.keep_reachable(obj);
         }
         r
     }
@@ -299,6 +310,7 @@ impl AgxFs {
     ) -> Result<(), Errno> {
         let p = self.writable_parent(parent, name)?;
         let np = self.writable_parent(new_parent, new_name)?;
+        let (pfd, npfd) = (self.fd(&p)?, self.fd(&np)?);
         let rflags = RenameFlags::from_bits(flags).ok_or(Errno::EINVAL)?;
         let src = self.peek(&p, name)?.ok_or(Errno::ENOENT)?;
         let dst = self.peek(&np, new_name)?;
@@ -311,7 +323,7 @@ impl AgxFs {
             Some(d) if exchange => Before::Meta(d.as_fd()),
             Some(d) => Before::Leaving {
                 fd: d.as_fd(),
-                dir: np.fd.as_fd(),
+                dir: npfd.as_fd(),
                 name: new_name,
                 may_change: self.may_change(d),
             },
@@ -326,9 +338,12 @@ impl AgxFs {
             Before::Meta(src.as_fd()),
             Some(target),
         )?;
-        let r = rustix::fs::renameat_with(&p.fd, name, &np.fd, new_name, rflags).or_errno();
+        let r = rustix::fs::renameat_with(&*pfd, name, &*npfd, new_name, rflags).or_errno();
         self.finish(t, &r, || self.after_at(&np, new_name));
         r?;
+        if let (Some(d), false) = (dst, exchange) {
+            self.keep_reachable(d);
+        }
         // Keep the recorded places of the moved objects current.
         self.note_place(&np, new_name);
         if exchange {
@@ -339,9 +354,18 @@ impl AgxFs {
         Ok(())
     }
 
+    /// An object lost a name through the mount: if the kernel knows it, its node keeps
+    /// `fd` for good, since it may have no name left to be reopened by.
+    fn keep_reachable(&self, fd: OwnedFd) {
+        if let Ok(st) = rustix::fs::fstat(&fd) {
+            self.inodes.pin(super::key_of(&st), fd);
+        }
+    }
+
     /// Records that the object now at `parent/name` (if the kernel knows it) lives there.
     fn note_place(&self, parent: &Node, name: &OsStr) {
-        if let Ok(st) = rustix::fs::statat(&parent.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+        let Ok(pfd) = self.fd(parent) else { return };
+        if let Ok(st) = rustix::fs::statat(&*pfd, name, AtFlags::SYMLINK_NOFOLLOW) {
             let st: Stat = st;
             if let Some(n) = self.inodes.find(super::key_of(&st)) {
                 n.set_place(parent.id, name);

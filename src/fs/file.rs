@@ -2,7 +2,7 @@
 //! the non-passthrough fallback, attributes, sync, allocation.
 
 use std::ffi::OsStr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -27,6 +27,12 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<TimeOrNow>,
     pub mtime: Option<TimeOrNow>,
+}
+
+impl SetAttr {
+    fn owner(&self) -> bool {
+        self.uid.is_some() || self.gid.is_some()
+    }
 }
 
 /// What a new handle may do.
@@ -154,7 +160,7 @@ impl AgxFs {
             return Ok(attr::from_stat(self.report_id(ino, &st), &st));
         }
         let node = self.node(ino)?;
-        let st = rustix::fs::fstat(&node.fd).or_errno()?;
+        let st = rustix::fs::fstat(&*self.fd(&node)?).or_errno()?;
         Ok(attr::from_stat(self.report_id(ino, &st), &st))
     }
 
@@ -179,9 +185,9 @@ impl AgxFs {
             return Err(Errno::EROFS);
         }
         let node = self.node(ino)?;
+        let fd = self.fd(&node)?;
         let empty = set.mode.is_none()
-            && set.uid.is_none()
-            && set.gid.is_none()
+            && !set.owner()
             && set.size.is_none()
             && set.atime.is_none()
             && set.mtime.is_none();
@@ -189,8 +195,13 @@ impl AgxFs {
             // With FUSE_HANDLE_KILLPRIV_V2 the kernel asks agx to clear set-id bits before an
             // unprivileged write, truncate or chown with a SETATTR that changes nothing else
             // (its FATTR_KILL_SUIDGID flag does not reach us); the attributes replied are
-            // what the kernel caches. `kill_setid` clears nothing for root.
-            self.kill_setid(&node, caller)?;
+            // what the kernel caches. From root, such a request is `chown(f, -1, -1)`: no
+            // other call of root's sends an empty SETATTR.
+            if caller.uid == 0 {
+                self.chown_unchanged(&node, &fd, caller)?;
+            } else {
+                self.kill_setid(&node, caller)?;
+            }
             return self.do_getattr(ino, fh);
         }
         let handle = fh.and_then(|fh| self.handles.get(fh));
@@ -202,15 +213,11 @@ impl AgxFs {
             None
         } else {
             let before = if set.size.is_some() {
-                Before::Content(node.fd.as_fd())
+                Before::Content(fd.as_fd())
             } else {
-                Before::Meta(node.fd.as_fd())
+                Before::Meta(fd.as_fd())
             };
-            let op = super::record::setattr_op(
-                set.size.is_some(),
-                set.mode.is_some(),
-                set.uid.is_some() || set.gid.is_some(),
-            );
+            let op = super::record::setattr_op(set.size.is_some(), set.mode.is_some(), set.owner());
             let is_dir = node.kind == fuser::FileType::Directory;
             self.record(
                 caller.pid,
@@ -224,7 +231,7 @@ impl AgxFs {
         };
         let sized = set.size.is_some();
         let kill = sized && set.mode.is_none() && caller.uid != 0;
-        let r = self.apply_setattr(ino, &node, handle.as_deref(), set);
+        let r = self.apply_setattr(ino, &fd, handle.as_deref(), set);
         let r = match r {
             Ok(a) if kill && setid(a.perm as u32) => self
                 .kill_setid(&node, caller)
@@ -235,23 +242,57 @@ impl AgxFs {
             if sized {
                 self.after_content(&node)
             } else {
-                After::State(self.rec.state_of(node.fd.as_fd()))
+                After::State(self.rec.state_of(fd.as_fd()))
             }
         });
         r
     }
 
+    /// `chown(f, -1, -1)`: the owner stays, ctime moves, and set-id bits go as the
+    /// backing filesystem's chown clears them (set-uid, and set-gid with group execute).
+    fn chown_unchanged(&self, node: &Node, fd: &OwnedFd, caller: Caller) -> Result<(), Errno> {
+        let st = rustix::fs::fstat(fd).or_errno()?;
+        let loses_bits = node.kind != fuser::FileType::Directory
+            && (st.st_mode & libc::S_ISUID != 0
+                || st.st_mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP);
+        let ticket = if loses_bits && !self.part_of_creation(node, caller.pid) {
+            let path = self.path_of(node);
+            self.record(
+                caller.pid,
+                Op::Chown,
+                path,
+                false,
+                None,
+                Before::Meta(fd.as_fd()),
+                None,
+            )?
+        } else {
+            None
+        };
+        let r = rustix::fs::chownat(
+            fd,
+            "",
+            None,
+            None,
+            AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .or_errno();
+        self.finish(ticket, &r, || After::State(self.rec.state_of(fd.as_fd())));
+        r
+    }
+
+    /// Applies `set` to the object behind `fd` (its node's descriptor).
     fn apply_setattr(
         &self,
         ino: NodeId,
-        node: &Node,
+        fd: &OwnedFd,
         handle: Option<&Handle>,
         set: SetAttr,
     ) -> Result<FileAttr, Errno> {
         // Owner first: chown clears set-id bits, which a mode in the same request restores.
-        if set.uid.is_some() || set.gid.is_some() {
+        if set.owner() {
             rustix::fs::chownat(
-                &node.fd,
+                fd,
                 "",
                 set.uid.map(rustix::fs::Uid::from_raw),
                 set.gid.map(rustix::fs::Gid::from_raw),
@@ -262,7 +303,7 @@ impl AgxFs {
         if let Some(mode) = set.mode {
             rustix::fs::chmodat(
                 &self.proc_fd,
-                super::fd_name(node.fd.as_fd()),
+                super::fd_name(fd.as_fd()),
                 Mode::from_raw_mode(mode & 0o7777),
                 AtFlags::empty(),
             )
@@ -272,7 +313,7 @@ impl AgxFs {
             match handle {
                 Some(Handle::File(h)) => rustix::fs::ftruncate(&h.file, size).or_errno()?,
                 _ => {
-                    let f = self.reopen(node.fd.as_fd(), OFlags::WRONLY)?;
+                    let f = self.reopen(fd.as_fd(), OFlags::WRONLY)?;
                     rustix::fs::ftruncate(&f, size).or_errno()?;
                 }
             }
@@ -285,17 +326,12 @@ impl AgxFs {
             // Through the node's own descriptor, so a symlink's times are set without a
             // name (a name recorded for it may since have been removed, e.g. one of two
             // hard links).
-            rustix::fs::utimensat(
-                &node.fd,
-                "",
-                &ts,
-                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-            )
-            .or_errno()?;
+            rustix::fs::utimensat(fd, "", &ts, AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW)
+                .or_errno()?;
         }
         let st = match handle {
             Some(Handle::File(h)) => rustix::fs::fstat(&h.file),
-            _ => rustix::fs::fstat(&node.fd),
+            _ => rustix::fs::fstat(fd),
         }
         .or_errno()?;
         Ok(attr::from_stat(self.report_id(ino, &st), &st))
@@ -303,7 +339,7 @@ impl AgxFs {
 
     pub(super) fn do_readlink(&self, ino: NodeId) -> Result<Vec<u8>, Errno> {
         let node = self.node(ino)?;
-        let target = rustix::fs::readlinkat(&node.fd, "", Vec::new()).or_errno()?;
+        let target = rustix::fs::readlinkat(&*self.fd(&node)?, "", Vec::new()).or_errno()?;
         Ok(target.into_bytes())
     }
 
@@ -320,9 +356,10 @@ impl AgxFs {
             return Err(Errno::EISDIR);
         }
         let node = self.node(ino)?;
+        let fd = self.fd(&node)?;
         let oflags = handle_flags(flags);
         let ticket = if writes(oflags) {
-            let before = Before::Content(node.fd.as_fd());
+            let before = Before::Content(fd.as_fd());
             self.record(
                 caller.pid,
                 Op::Write,
@@ -335,7 +372,7 @@ impl AgxFs {
         } else {
             None
         };
-        let file = match self.reopen(node.fd.as_fd(), oflags) {
+        let file = match self.reopen(fd.as_fd(), oflags) {
             Ok(f) => f,
             Err(e) => {
                 self.finish(ticket, &Err::<(), _>(e), || After::Absent);
@@ -358,14 +395,15 @@ impl AgxFs {
     /// Clears the set-id bits `caller`'s write, truncation or allocation removes from
     /// `node`, as the kernel would have without FUSE_HANDLE_KILLPRIV_V2.
     pub(super) fn kill_setid(&self, node: &Node, caller: Caller) -> Result<(), Errno> {
-        let st = rustix::fs::fstat(&node.fd).or_errno()?;
+        let fd = self.fd(node)?;
+        let st = rustix::fs::fstat(&*fd).or_errno()?;
         let clear = bits_to_clear(st.st_mode, st.st_gid, caller);
         if clear == 0 {
             return Ok(());
         }
         rustix::fs::chmodat(
             &self.proc_fd,
-            super::fd_name(node.fd.as_fd()),
+            super::fd_name(fd.as_fd()),
             Mode::from_raw_mode(st.st_mode & 0o7777 & !clear),
             AtFlags::empty(),
         )
@@ -382,7 +420,8 @@ impl AgxFs {
         register: impl FnOnce(&std::os::fd::OwnedFd) -> std::io::Result<BackingId>,
     ) -> Result<(Opened, FileAttr), Errno> {
         let p = self.writable_parent(parent, name)?;
-        let mode = self.creation_mode(&p, mode, caller);
+        let pfd = self.fd(&p)?;
+        let mode = self.creation_mode(&p, &pfd, mode, caller);
         let oflags = handle_flags(flags);
         let user_excl = OFlags::from_bits_retain(flags as u32).contains(OFlags::EXCL);
         let path = self.child_path(&p, name);
@@ -408,43 +447,48 @@ impl AgxFs {
             record_create()?
         };
         // Exclusive first, so an existing file is known (and recorded) before O_TRUNC.
-        let (file, ticket) =
-            match rustix::fs::openat(&p.fd, name, oflags | OFlags::CREATE | OFlags::EXCL, perm) {
-                Ok(f) => {
-                    if let Err(e) = self.give_to_caller(&p, name, caller, mode) {
-                        self.finish(created, &Err::<(), _>(e), || After::Absent);
-                        let _ = rustix::fs::unlinkat(&p.fd, name, AtFlags::empty());
-                        return Err(e);
+        let (file, ticket) = match self
+            .inodes
+            .retry(|| rustix::fs::openat(&*pfd, name, oflags | OFlags::CREATE | OFlags::EXCL, perm))
+        {
+            Ok(f) => {
+                if let Err(e) = self.give_to_caller(&p, name, caller, mode) {
+                    self.finish(created, &Err::<(), _>(e), || After::Absent);
+                    let _ = rustix::fs::unlinkat(&*pfd, name, AtFlags::empty());
+                    return Err(e);
+                }
+                // The name was taken when looked at and freed since: still a creation.
+                let created = match created {
+                    Some(t) => Some(t),
+                    None => record_create()?,
+                };
+                (f, created)
+            }
+            Err(rustix::io::Errno::EXIST) if !user_excl => {
+                self.finish(created, &Err::<(), _>(Errno::EEXIST), || After::Absent);
+                let existing = self.peek(&p, name)?.ok_or(Errno::ENOENT)?;
+                let ticket = if writes(oflags) {
+                    let before = Before::Content(existing.as_fd());
+                    self.record(caller.pid, Op::Write, path, false, None, before, None)?
+                } else {
+                    None
+                };
+                let reopened = self
+                    .inodes
+                    .retry(|| rustix::fs::openat(&*pfd, name, oflags | OFlags::NOFOLLOW, perm));
+                match reopened {
+                    Ok(f) => (f, ticket),
+                    Err(e) => {
+                        self.finish(ticket, &Err::<(), _>(super::errno(e)), || After::Absent);
+                        return Err(super::errno(e));
                     }
-                    // The name was taken when looked at and freed since: still a creation.
-                    let created = match created {
-                        Some(t) => Some(t),
-                        None => record_create()?,
-                    };
-                    (f, created)
                 }
-                Err(rustix::io::Errno::EXIST) if !user_excl => {
-                    self.finish(created, &Err::<(), _>(Errno::EEXIST), || After::Absent);
-                    let existing = self.peek(&p, name)?.ok_or(Errno::ENOENT)?;
-                    let ticket = if writes(oflags) {
-                        let before = Before::Content(existing.as_fd());
-                        self.record(caller.pid, Op::Write, path, false, None, before, None)?
-                    } else {
-                        None
-                    };
-                    match rustix::fs::openat(&p.fd, name, oflags | OFlags::NOFOLLOW, perm) {
-                        Ok(f) => (f, ticket),
-                        Err(e) => {
-                            self.finish(ticket, &Err::<(), _>(super::errno(e)), || After::Absent);
-                            return Err(super::errno(e));
-                        }
-                    }
-                }
-                Err(e) => {
-                    self.finish(created, &Err::<(), _>(super::errno(e)), || After::Absent);
-                    return Err(super::errno(e));
-                }
-            };
+            }
+            Err(e) => {
+                self.finish(created, &Err::<(), _>(super::errno(e)), || After::Absent);
+                return Err(super::errno(e));
+            }
+        };
         let (node, st) = self.lookup_node(&p, name)?;
         if ticket.as_ref().is_some_and(|t| t.op() == Op::Create) {
             node.set_created(caller.pid);
@@ -469,24 +513,43 @@ impl AgxFs {
         if writable {
             node.add_writer();
         }
-        let mut passthrough = false;
-        // Set-id files are never passed through: writes must reach agx, which clears the
-        // bits (and an inode's opens must all be passthrough or none).
-        if opts.passthrough && self.passthrough.load(Ordering::Relaxed) {
-            let mut slot = node.backing.lock().unwrap_or_else(|e| e.into_inner());
-            if slot.id.is_none() {
-                match register(&file) {
-                    Ok(id) => slot.id = Some(id),
-                    Err(e) => {
-                        if !self.passthrough_warned.swap(true, Ordering::Relaxed) {
-                            log::warn!("passthrough registration failed ({e}); this open and later failures go through the daemon");
-                        }
+        // An inode's opens must all be passthrough or none: a new open follows the ones
+        // already there. Otherwise set-id files are not passed through: writes must reach
+        // agx, which clears the bits.
+        let mut slot = node.backing.lock().unwrap_or_else(|e| e.into_inner());
+        let passthrough = if slot.opens > 0 {
+            true
+        } else if slot.cached > 0 || !opts.passthrough || !self.passthrough.load(Ordering::Relaxed)
+        {
+            false
+        } else {
+            match register(&file) {
+                Ok(id) => {
+                    slot.id = Some(id);
+                    true
+                }
+                Err(e) => {
+                    if !self.passthrough_warned.swap(true, Ordering::Relaxed) {
+                        log::warn!("passthrough registration failed ({e}); this open and later failures go through the daemon");
                     }
+                    false
                 }
             }
-            if slot.id.is_some() {
-                slot.opens += 1;
-                passthrough = true;
+        };
+        if passthrough {
+            slot.opens += 1;
+        } else {
+            slot.cached += 1;
+        }
+        drop(slot);
+        // A set-id file passed through because it was already open that way: its writes
+        // will not reach agx, so the bits this caller's write would clear go now.
+        let mut kill_setid = opts.kill_setid;
+        if passthrough && !opts.passthrough {
+            if let Some(caller) = kill_setid.take() {
+                if let Err(e) = self.kill_setid(&node, caller) {
+                    log::warn!("could not clear set-id bits of node {}: {e:?}", node.id);
+                }
             }
         }
         let fh = self.handles.insert(Handle::File(FileHandle {
@@ -495,7 +558,7 @@ impl AgxFs {
             passthrough,
             writable,
             ticket: std::sync::Mutex::new(ticket),
-            kill_setid: std::sync::Mutex::new(opts.kill_setid),
+            kill_setid: std::sync::Mutex::new(kill_setid),
         }));
         // The kernel refuses page-cache flags on passthrough opens (the backing file's
         // cache is the one used); without passthrough the cache stays valid across opens
@@ -527,13 +590,24 @@ impl AgxFs {
                         self.note_ignore_file(&name);
                     }
                 }
+                let mut slot = f.node.backing.lock().unwrap_or_else(|e| e.into_inner());
                 if f.passthrough {
-                    let mut slot = f.node.backing.lock().unwrap_or_else(|e| e.into_inner());
                     slot.opens = slot.opens.saturating_sub(1);
                     if slot.opens == 0 {
                         // Dropping the id unregisters it; the kernel keeps its own reference
                         // for as long as it needs the backing file.
                         slot.id = None;
+                    }
+                } else {
+                    slot.cached = slot.cached.saturating_sub(1);
+                }
+                drop(slot);
+                if f.passthrough && f.writable {
+                    // Writes through a shared mapping of a passthrough file reach the backing
+                    // file without the kernel's FUSE inode seeing them: drop its cached
+                    // attributes (only those: offset -1), so stat shows the new mtime.
+                    if let Some(n) = self.notifier.get() {
+                        let _ = n.inval_inode(fuser::INodeNo(f.node.id.0), -1, 0);
                     }
                 }
             }
@@ -637,7 +711,8 @@ impl AgxFs {
         if h.recording() {
             return Ok(None);
         }
-        let before = Before::Content(h.node.fd.as_fd());
+        let fd = self.fd(&h.node)?;
+        let before = Before::Content(fd.as_fd());
         self.record(pid, op, self.path_of(&h.node), false, None, before, None)
     }
 
@@ -710,6 +785,6 @@ impl AgxFs {
     }
 
     pub(super) fn do_statfs(&self) -> Result<rustix::fs::StatVfs, Errno> {
-        rustix::fs::fstatvfs(&self.root().fd).or_errno()
+        rustix::fs::fstatvfs(&*self.root_fd()).or_errno()
     }
 }

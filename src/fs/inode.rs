@@ -1,9 +1,11 @@
 //! The inode table: every backing object the kernel currently knows about.
 //!
 //! Invariants:
-//! - Each node holds an `O_PATH` descriptor of its backing object. The descriptor pins the
-//!   backing inode, so its (dev, ino) cannot be reused by a new file while the kernel still
-//!   refers to the node: a (dev, ino) found in the table always names the same object.
+//! - A node reaches its backing object through an `O_PATH` descriptor, held while the
+//!   descriptor budget allows and reopened by name otherwise (see `descriptors.rs`). An
+//!   object that lost a name through the mount keeps its descriptor while the kernel knows
+//!   it, which pins the backing inode: its (dev, ino) cannot be reused by a new file while
+//!   the kernel still refers to the node.
 //! - A node lives while the kernel holds lookups on it (`lookup`, `create`, `mkdir`, ...,
 //!   `readdirplus` entries each count one; `forget` drops them). The root never goes.
 //! - Node ids equal the backing `st_ino` for objects on the project's filesystem; objects on
@@ -15,23 +17,30 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use fuser::{BackingId, FileType};
+use fuser::{BackingId, Errno, FileType};
+use rustix::fs::{Mode, OFlags};
 
+use super::descriptors::{Budget, FdSlot};
 use crate::ids::{InodeKey, NodeId};
 
 /// The kernel passthrough registration shared by all open handles of one node: the kernel
-/// refuses a second, different backing file for the same inode.
+/// refuses a second, different backing file for the same inode, and refuses to mix
+/// passthrough and non-passthrough opens of one inode (the open fails with EIO).
 #[derive(Default)]
 pub struct BackingSlot {
     pub id: Option<BackingId>,
+    /// Open passthrough handles (all on `id`).
     pub opens: u32,
+    /// Open handles served by the daemon.
+    pub cached: u32,
 }
 
 pub struct Node {
     pub id: NodeId,
     pub key: InodeKey,
-    /// `O_PATH | O_NOFOLLOW` descriptor of the backing object.
-    pub fd: OwnedFd,
+    /// `O_PATH | O_NOFOLLOW` descriptor of the backing object, when held (reach it
+    /// through [`InodeTable::fd`]).
+    slot: Mutex<FdSlot>,
     pub kind: FileType,
     lookups: AtomicU64,
     /// The parent and name under which the kernel last reached this node. Needed where an
@@ -50,6 +59,43 @@ pub struct Node {
 }
 
 impl Node {
+    fn new(id: NodeId, key: InodeKey, kind: FileType, place: (NodeId, OsString)) -> Node {
+        Node {
+            id,
+            key,
+            slot: Mutex::new(FdSlot::default()),
+            kind,
+            lookups: AtomicU64::new(1),
+            place: Mutex::new(place),
+            backing: Mutex::new(BackingSlot::default()),
+            writers: Default::default(),
+            opens: Default::default(),
+            default_acl: Default::default(),
+            created: Mutex::new(None),
+        }
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, FdSlot> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The descriptor, if held now.
+    fn held(&self) -> Option<Arc<OwnedFd>> {
+        self.slot().fd.clone()
+    }
+
+    /// Whether the descriptor may be released now.
+    fn idle(&self) -> bool {
+        self.opens() == 0
+            && self.writers() == 0
+            && self
+                .backing
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .id
+                .is_none()
+    }
+
     pub fn writers(&self) -> u32 {
         self.writers.load(Ordering::Relaxed)
     }
@@ -132,23 +178,23 @@ pub struct InodeTable {
     root_dev: u64,
     maps: RwLock<Maps>,
     next_reserved: AtomicU64,
+    budget: Budget,
 }
 
 impl InodeTable {
-    pub fn new(root_fd: OwnedFd, root_key: InodeKey) -> InodeTable {
-        let root = Arc::new(Node {
-            id: NodeId::ROOT,
-            key: root_key,
-            fd: root_fd,
-            kind: FileType::Directory,
-            lookups: AtomicU64::new(1),
-            place: Mutex::new((NodeId::ROOT, OsString::new())),
-            backing: Mutex::new(BackingSlot::default()),
-            writers: Default::default(),
-            opens: Default::default(),
-            default_acl: Default::default(),
-            created: Mutex::new(None),
-        });
+    /// A table whose root is `root_fd`, holding at most `budget` node descriptors.
+    pub fn new(root_fd: OwnedFd, root_key: InodeKey, budget: Budget) -> InodeTable {
+        let root = Arc::new(Node::new(
+            NodeId::ROOT,
+            root_key,
+            FileType::Directory,
+            (NodeId::ROOT, OsString::new()),
+        ));
+        {
+            let mut slot = root.slot();
+            slot.fd = Some(Arc::new(root_fd));
+            slot.pinned = true;
+        }
         let mut maps = Maps::default();
         maps.by_id.insert(NodeId::ROOT, root);
         maps.by_key.insert(root_key, NodeId::ROOT);
@@ -157,6 +203,7 @@ impl InodeTable {
             maps: RwLock::new(maps),
             // AGX_DIR and a few more virtual ids come first.
             next_reserved: AtomicU64::new(NodeId::RESERVED_START + 0x1000),
+            budget,
         }
     }
 
@@ -182,8 +229,8 @@ impl InodeTable {
         Some(node)
     }
 
-    /// The node for `key` with one more kernel lookup, inserting it with `fd` when absent.
-    /// When another thread inserted it first, `fd` is dropped.
+    /// The node for `key` with one more kernel lookup, inserting it when absent. `fd`
+    /// (just opened at `parent/name`) becomes its descriptor unless it holds one already.
     pub fn insert(
         &self,
         key: InodeKey,
@@ -192,31 +239,148 @@ impl InodeTable {
         parent: NodeId,
         name: &OsStr,
     ) -> Arc<Node> {
-        let mut maps = self.write();
-        if let Some(id) = maps.by_key.get(&key) {
-            if let Some(node) = maps.by_id.get(id) {
-                node.lookups.fetch_add(1, Ordering::Relaxed);
-                node.set_place(parent, name);
-                return node.clone();
+        let node = {
+            let mut maps = self.write();
+            match maps.by_key.get(&key).and_then(|id| maps.by_id.get(id)) {
+                Some(node) => {
+                    node.lookups.fetch_add(1, Ordering::Relaxed);
+                    node.set_place(parent, name);
+                    node.clone()
+                }
+                None => {
+                    let id = self.id_for(key);
+                    let node = Arc::new(Node::new(id, key, kind, (parent, name.to_os_string())));
+                    maps.by_id.insert(id, node.clone());
+                    maps.by_key.insert(key, id);
+                    node
+                }
+            }
+        };
+        self.install(&node, fd, false);
+        node
+    }
+
+    /// The node's descriptor: the held one, or reopened by its name (then held).
+    pub fn fd(&self, node: &Node) -> Result<Arc<OwnedFd>, Errno> {
+        match node.held() {
+            Some(fd) => Ok(fd),
+            None => self.warm(node, 0),
+        }
+    }
+
+    /// Reopens `node` at its place, through its parent's descriptor.
+    fn warm(&self, node: &Node, depth: usize) -> Result<Arc<OwnedFd>, Errno> {
+        // Deeper than any path the kernel can hand us: a cycle of stale places.
+        if depth > 2048 {
+            return Err(Errno::ESTALE);
+        }
+        let (pid, name) = node.place();
+        if pid == node.id {
+            return Err(Errno::ESTALE);
+        }
+        let parent = self.get(pid).ok_or(Errno::ESTALE)?;
+        let pfd = match parent.held() {
+            Some(fd) => fd,
+            None => self.warm(&parent, depth + 1)?,
+        };
+        let fd = self
+            .retry(|| {
+                rustix::fs::openat(
+                    &*pfd,
+                    &name,
+                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+            })
+            .map_err(|e| match e {
+                rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR => Errno::ESTALE,
+                e => super::errno(e),
+            })?;
+        let st = rustix::fs::fstat(&fd).map_err(super::errno)?;
+        if super::key_of(&st) != node.key {
+            return Err(Errno::ESTALE);
+        }
+        Ok(self.install(node, fd, false))
+    }
+
+    /// Gives `node` the descriptor `fd` unless it holds one; with `pin`, for good.
+    fn install(&self, node: &Node, fd: OwnedFd, pin: bool) -> Arc<OwnedFd> {
+        let (fd, gen) = {
+            let mut slot = node.slot();
+            slot.pinned |= pin;
+            if let Some(held) = &slot.fd {
+                return held.clone();
+            }
+            let fd = Arc::new(fd);
+            slot.gen += 1;
+            slot.fd = Some(fd.clone());
+            (fd, slot.gen)
+        };
+        if self.budget.filled(node.id, gen) {
+            self.sweep(self.budget.batch());
+        } else if self.budget.needs_compaction() {
+            self.budget.retain(|id, gen| {
+                self.get(id).is_some_and(|n| {
+                    let slot = n.slot();
+                    slot.gen == gen && slot.fd.is_some()
+                })
+            });
+        }
+        fd
+    }
+
+    /// Keeps the node of the object behind `fd` (which is losing a name through the mount)
+    /// reachable: it holds `fd` for as long as the kernel knows it.
+    pub fn pin(&self, key: InodeKey, fd: OwnedFd) {
+        if let Some(node) = self.find(key) {
+            let mut slot = node.slot();
+            if slot.fd.is_none() {
+                drop(slot);
+                self.install(&node, fd, true);
+            } else {
+                slot.pinned = true;
             }
         }
-        let id = self.id_for(key);
-        let node = Arc::new(Node {
-            id,
-            key,
-            fd,
-            kind,
-            lookups: AtomicU64::new(1),
-            place: Mutex::new((parent, name.to_os_string())),
-            backing: Mutex::new(BackingSlot::default()),
-            writers: Default::default(),
-            opens: Default::default(),
-            default_acl: Default::default(),
-            created: Mutex::new(None),
-        });
-        maps.by_id.insert(id, node.clone());
-        maps.by_key.insert(key, id);
-        node
+    }
+
+    /// Releases the descriptors of up to `n` of the oldest idle nodes.
+    fn sweep(&self, n: usize) -> usize {
+        let mut released = 0;
+        for (id, gen) in self.budget.oldest(n) {
+            let Some(node) = self.get(id) else { continue };
+            let mut slot = node.slot();
+            if slot.gen != gen || slot.fd.is_none() {
+                continue;
+            }
+            if slot.pinned || !node.idle() {
+                drop(slot);
+                self.budget.put_back(id, gen);
+                continue;
+            }
+            slot.fd = None;
+            drop(slot);
+            self.budget.emptied();
+            released += 1;
+        }
+        released
+    }
+
+    /// Runs `open` (which makes a descriptor), releasing idle node descriptors and trying
+    /// again when the process is out of them (see [`super::descriptors::retry`]).
+    pub fn retry<T>(&self, open: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
+        super::descriptors::retry(open)
+    }
+
+    /// Releases half of the held node descriptors that may be released (at least a batch).
+    /// Returns how many went.
+    pub fn relieve(&self) -> usize {
+        let half = self.budget.held() / 2;
+        self.sweep(half.max(self.budget.batch()))
+    }
+
+    /// Node descriptors held now, and how many may be.
+    pub fn descriptors(&self) -> (usize, usize) {
+        (self.budget.held(), self.budget.limit())
     }
 
     /// Drops `n` kernel lookups; the node goes when none remain.
@@ -233,6 +397,9 @@ impl InodeTable {
         node.lookups.store(left, Ordering::Relaxed);
         if left == 0 {
             let key = node.key;
+            if node.slot().fd.take().is_some() {
+                self.budget.emptied();
+            }
             maps.by_id.remove(&id);
             if maps.by_key.get(&key) == Some(&id) {
                 maps.by_key.remove(&key);

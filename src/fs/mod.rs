@@ -8,6 +8,7 @@
 //! [`crate::capture::Recorder`] before it is applied (see `record.rs`).
 
 pub mod attr;
+mod descriptors;
 mod dir;
 pub(crate) mod entry;
 mod file;
@@ -34,6 +35,7 @@ use crate::fs::handle::HandleTable;
 use crate::fs::inode::{InodeTable, Node};
 use crate::ids::{InodeKey, NodeId};
 
+pub use descriptors::{nofile_limit, retry as retry_descriptor, without_atime};
 pub use views::open_views;
 
 /// The name of agx's state directory at the top of the project.
@@ -75,7 +77,7 @@ pub struct InitReport {
 }
 
 pub struct AgxFs {
-    inodes: InodeTable,
+    inodes: Arc<InodeTable>,
     handles: HandleTable,
     /// `/proc/self/fd`, to reopen `O_PATH` descriptors as real files.
     proc_fd: OwnedFd,
@@ -89,6 +91,8 @@ pub struct AgxFs {
     report: Arc<Mutex<Option<InitReport>>>,
     /// `.agx/at/`: read-only views of past points.
     vtable: views::ViewTable,
+    /// Tells the kernel to drop what it cached; set once the session exists.
+    notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
 }
 
 /// Errno from a raw OS error.
@@ -139,8 +143,14 @@ impl AgxFs {
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
+        let inodes = Arc::new(InodeTable::new(
+            root,
+            key_of(&st),
+            descriptors::Budget::for_limit(descriptors::nofile_limit()),
+        ));
+        descriptors::set_valve(&inodes);
         Ok(AgxFs {
-            inodes: InodeTable::new(root, key_of(&st)),
+            inodes,
             handles: HandleTable::default(),
             proc_fd,
             passthrough: AtomicBool::new(false),
@@ -151,7 +161,13 @@ impl AgxFs {
             mounted_at: SystemTime::now(),
             report,
             vtable: views::ViewTable::new(views),
+            notifier: Arc::default(),
         })
+    }
+
+    /// Where the session's notifier goes once the session exists (the daemon sets it).
+    pub fn notifier_slot(&self) -> Arc<std::sync::OnceLock<fuser::Notifier>> {
+        self.notifier.clone()
     }
 
     fn node(&self, id: NodeId) -> Result<Arc<Node>, Errno> {
@@ -164,15 +180,39 @@ impl AgxFs {
             .expect("the root node is never forgotten")
     }
 
+    /// The root's descriptor (held for good).
+    fn root_fd(&self) -> Arc<OwnedFd> {
+        self.fd(&self.root())
+            .expect("the root holds its descriptor for good")
+    }
+
+    /// The node's `O_PATH` descriptor (reopened by name if it was released).
+    fn fd(&self, node: &Node) -> Result<Arc<OwnedFd>, Errno> {
+        self.inodes.fd(node)
+    }
+
+    /// Makes a descriptor with `open`, releasing idle node descriptors and trying again
+    /// when the process is out of them.
+    fn retry<T>(&self, open: impl FnMut() -> rustix::io::Result<T>) -> Result<T, Errno> {
+        self.inodes.retry(open).or_errno()
+    }
+
     /// Reopens a node's `O_PATH` descriptor as a real file with `flags`.
     fn reopen(&self, fd: BorrowedFd<'_>, flags: OFlags) -> Result<OwnedFd, Errno> {
-        rustix::fs::openat(
-            &self.proc_fd,
-            fd_name(fd),
-            flags | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .or_errno()
+        self.retry(|| {
+            rustix::fs::openat(
+                &self.proc_fd,
+                fd_name(fd),
+                flags | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        })
+    }
+
+    /// Reopens a node as a real file with `flags`.
+    fn reopen_node(&self, node: &Node, flags: OFlags) -> Result<OwnedFd, Errno> {
+        let fd = self.fd(node)?;
+        self.reopen(fd.as_fd(), flags)
     }
 
     /// Whether `name` under `parent` is agx's own state directory.
@@ -182,13 +222,15 @@ impl AgxFs {
 
     /// Resolves `name` in `parent` to a node with one more kernel lookup.
     fn lookup_node(&self, parent: &Node, name: &OsStr) -> Result<(Arc<Node>, Stat), Errno> {
-        let fd = rustix::fs::openat(
-            &parent.fd,
-            name,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .or_errno()?;
+        let pfd = self.fd(parent)?;
+        let fd = self.retry(|| {
+            rustix::fs::openat(
+                &*pfd,
+                name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        })?;
         let st = rustix::fs::fstat(&fd).or_errno()?;
         let kind = attr::file_type(st.st_mode);
         let node = self.inodes.insert(key_of(&st), kind, fd, parent.id, name);

@@ -79,14 +79,20 @@ impl Filesystem for AgxFs {
             report.granted.join(" "),
             if report.passthrough { "on" } else { "off" }
         );
+        let (_, budget) = self.inodes.descriptors();
+        log::info!(
+            "descriptors: up to {budget} held for cached inodes (limit {}); others reopened by name",
+            super::descriptors::nofile_limit()
+        );
         *self.report.lock().unwrap_or_else(|e| e.into_inner()) = Some(report);
         Ok(())
     }
 
     fn destroy(&mut self) {
         log::info!(
-            "unmounted; {} nodes and {} handles were live",
+            "unmounted; {} nodes ({} holding a descriptor) and {} handles were live",
             self.inodes.len(),
+            self.inodes.descriptors().0,
             self.handles.len()
         );
     }
@@ -487,8 +493,9 @@ impl Filesystem for AgxFs {
         reply_xattr(reply, self.do_getxattr(id(ino), name, size));
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        reply_xattr(reply, self.do_listxattr(id(ino), size));
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let privileged = req.uid() == 0;
+        reply_xattr(reply, self.do_listxattr(id(ino), size, privileged));
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {

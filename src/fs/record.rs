@@ -115,12 +115,27 @@ impl AgxFs {
 
     /// The state now at `parent/name`, for `After`.
     pub(super) fn after_at(&self, parent: &Node, name: &OsStr) -> After {
-        match rustix::fs::openat(
-            &parent.fd,
-            name,
-            rustix::fs::OFlags::PATH | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        ) {
+        let Ok(pfd) = self.fd(parent) else {
+            return After::Absent;
+        };
+        match self.retry(|| {
+            rustix::fs::openat(
+                &*pfd,
+                name,
+                rustix::fs::OFlags::PATH
+                    | rustix::fs::OFlags::NOFOLLOW
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+        }) {
+            Ok(fd) => After::State(self.rec.state_of(fd.as_fd())),
+            Err(_) => After::Absent,
+        }
+    }
+
+    /// The metadata of `node` after a change.
+    pub(super) fn after_meta(&self, node: &Node) -> After {
+        match self.fd(node) {
             Ok(fd) => After::State(self.rec.state_of(fd.as_fd())),
             Err(_) => After::Absent,
         }
@@ -128,9 +143,12 @@ impl AgxFs {
 
     /// The new content of a file, read later by the capture worker.
     pub(super) fn after_content(&self, node: &Node) -> After {
-        match rustix::io::dup(&node.fd) {
-            Ok(fd) => After::Content(fd),
-            Err(_) => After::State(self.rec.state_of(node.fd.as_fd())),
+        let Ok(fd) = self.fd(node) else {
+            return After::Absent;
+        };
+        match self.retry(|| rustix::io::dup(&*fd)) {
+            Ok(dup) => After::Content(dup),
+            Err(_) => After::State(self.rec.state_of(fd.as_fd())),
         }
     }
 
@@ -138,12 +156,17 @@ impl AgxFs {
     /// is truly free. Any other failure (out of descriptors, say) is an error: taking it
     /// for "absent" would record no before-image for what the change replaces.
     pub(super) fn peek(&self, parent: &Node, name: &OsStr) -> Result<Option<OwnedFd>, Errno> {
-        match rustix::fs::openat(
-            &parent.fd,
-            name,
-            rustix::fs::OFlags::PATH | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        ) {
+        let pfd = self.fd(parent)?;
+        match self.inodes.retry(|| {
+            rustix::fs::openat(
+                &*pfd,
+                name,
+                rustix::fs::OFlags::PATH
+                    | rustix::fs::OFlags::NOFOLLOW
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+        }) {
             Ok(fd) => Ok(Some(fd)),
             Err(rustix::io::Errno::NOENT) => Ok(None),
             Err(e) => Err(super::errno(e)),

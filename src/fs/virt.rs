@@ -8,7 +8,7 @@ use crate::ids::NodeId;
 
 impl AgxFs {
     pub(super) fn agx_dir_attr(&self) -> FileAttr {
-        let (uid, gid) = match rustix::fs::fstat(&self.root().fd) {
+        let (uid, gid) = match rustix::fs::fstat(&*self.root_fd()) {
             Ok(st) => (st.st_uid, st.st_gid),
             Err(_) => (0, 0),
         };

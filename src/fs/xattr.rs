@@ -7,9 +7,10 @@ use fuser::Errno;
 use rustix::fs::XattrFlags;
 
 use super::{proc_path, AgxFs, OrErrno};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
 
-use crate::capture::{After, Before, Ticket};
+use crate::capture::{Before, Ticket};
 use crate::fs::inode::Node;
 use crate::ids::NodeId;
 use crate::timeline::Op;
@@ -18,6 +19,8 @@ use crate::timeline::Op;
 struct Target {
     path: std::ffi::OsString,
     nofollow: bool,
+    /// The descriptor `path` goes through: open while the path is used.
+    _fd: Arc<OwnedFd>,
 }
 
 /// A size for the kernel, which takes 32 bits.
@@ -36,23 +39,27 @@ impl AgxFs {
         if node.kind == fuser::FileType::Symlink {
             let (parent, name) = node.place();
             let p = self.node(parent)?;
-            let mut path = proc_path(&p.fd);
+            let fd = self.fd(&p)?;
+            let mut path = proc_path(&*fd);
             path.push('/');
             let mut path = std::ffi::OsString::from(path);
             path.push(&name);
             Ok(Target {
                 path,
                 nofollow: true,
+                _fd: fd,
             })
         } else {
+            let fd = self.fd(node)?;
             Ok(Target {
-                path: proc_path(&node.fd).into(),
+                path: proc_path(&*fd).into(),
                 nofollow: false,
+                _fd: fd,
             })
         }
     }
 
-    fn xattr_node(&self, ino: NodeId) -> Result<std::sync::Arc<Node>, Errno> {
+    fn xattr_node(&self, ino: NodeId) -> Result<Arc<Node>, Errno> {
         if ino == NodeId::AGX_DIR || ino.is_view() {
             return Err(Errno::ENODATA);
         }
@@ -89,7 +96,15 @@ impl AgxFs {
         Ok(XattrReply::Data(buf))
     }
 
-    pub(super) fn do_listxattr(&self, ino: NodeId, size: u32) -> Result<XattrReply, Errno> {
+    /// Lists the names of a node's xattrs. As the kernel does for its own filesystems,
+    /// `trusted.*` names are shown only to a `privileged` caller (root: the daemon cannot
+    /// see the caller's CAP_SYS_ADMIN), since the daemon itself, as root, sees them all.
+    pub(super) fn do_listxattr(
+        &self,
+        ino: NodeId,
+        size: u32,
+        privileged: bool,
+    ) -> Result<XattrReply, Errno> {
         if ino == NodeId::AGX_DIR || ino.is_view() {
             return Ok(if size == 0 {
                 XattrReply::Size(0)
@@ -99,25 +114,53 @@ impl AgxFs {
         }
         let node = self.node(ino)?;
         let t = self.xattr_target(&node)?;
-        // As in do_getxattr: the size query must not go through a zero-length buffer.
-        if size == 0 {
-            let n = if t.nofollow {
+        let query = || {
+            if t.nofollow {
                 rustix::fs::llistxattr_query(&t.path)
             } else {
                 rustix::fs::listxattr_query(&t.path)
             }
-            .or_errno()?;
-            return Ok(XattrReply::Size(reply_size(n)?));
+            .or_errno()
+        };
+        // As in do_getxattr: the size query must not go through a zero-length buffer.
+        if size == 0 && privileged {
+            return Ok(XattrReply::Size(reply_size(query()?)?));
         }
-        let mut buf = vec![0u8; size as usize];
-        let n = if t.nofollow {
-            rustix::fs::llistxattr(&t.path, &mut buf)
+        // The whole list, filtered, then measured against the caller's buffer. The list can
+        // grow between the size query and the read: try again then.
+        let mut list = Vec::new();
+        for _ in 0..8 {
+            let mut buf = vec![0u8; query()?.max(1)];
+            let r = if t.nofollow {
+                rustix::fs::llistxattr(&t.path, &mut buf)
+            } else {
+                rustix::fs::listxattr(&t.path, &mut buf)
+            };
+            match r {
+                Ok(n) => {
+                    buf.truncate(n);
+                    list = buf;
+                    break;
+                }
+                Err(rustix::io::Errno::RANGE) => continue,
+                Err(e) => return Err(super::errno(e)),
+            }
+        }
+        if !privileged {
+            list = list
+                .split_inclusive(|b| *b == 0)
+                .filter(|name| !name.starts_with(b"trusted."))
+                .flatten()
+                .copied()
+                .collect();
+        }
+        if size == 0 {
+            Ok(XattrReply::Size(reply_size(list.len())?))
+        } else if list.len() > size as usize {
+            Err(Errno::ERANGE)
         } else {
-            rustix::fs::listxattr(&t.path, &mut buf)
+            Ok(XattrReply::Data(list))
         }
-        .or_errno()?;
-        buf.truncate(n);
-        Ok(XattrReply::Data(buf))
     }
 
     pub(super) fn do_setxattr(
@@ -142,9 +185,7 @@ impl AgxFs {
             rustix::fs::setxattr(&t.path, name, value, flags)
         }
         .or_errno();
-        self.finish(ticket, &r, || {
-            After::State(self.rec.state_of(node.fd.as_fd()))
-        });
+        self.finish(ticket, &r, || self.after_meta(&node));
         r
     }
 
@@ -153,7 +194,8 @@ impl AgxFs {
             return Ok(None);
         }
         let is_dir = node.kind == fuser::FileType::Directory;
-        let before = Before::Meta(node.fd.as_fd());
+        let fd = self.fd(node)?;
+        let before = Before::Meta(fd.as_fd());
         self.record(pid, op, self.path_of(node), is_dir, None, before, None)
     }
 
@@ -171,9 +213,7 @@ impl AgxFs {
             rustix::fs::removexattr(&t.path, name)
         }
         .or_errno();
-        self.finish(ticket, &r, || {
-            After::State(self.rec.state_of(node.fd.as_fd()))
-        });
+        self.finish(ticket, &r, || self.after_meta(&node));
         r
     }
 }

@@ -232,14 +232,32 @@ fn user_allow_other() -> bool {
         .unwrap_or(false)
 }
 
-/// Raises the descriptor limit: the daemon holds one descriptor per inode the kernel knows,
-/// so a tree of more files than the limit (an npm install, a big untar) would run out.
-/// With CAP_SYS_RESOURCE (root) the hard limit goes up to the kernel's `fs.nr_open` (at
+/// Raises the descriptor limit: the more descriptors the daemon may hold, the fewer cached
+/// inodes it must reopen by name (see `fs/descriptors.rs`). With CAP_SYS_RESOURCE (root) the hard limit goes up to the kernel's `fs.nr_open` (at
 /// most 2^20); otherwise the soft limit goes up to the hard one.
+///
+/// `AGX_MAX_FDS=N` instead sets the soft limit to N (at most the hard limit) and leaves the
+/// hard one alone: to share a machine, or to test how the daemon lives within few
+/// descriptors. Default unset. Safe at any value from 256: the daemon keeps a quarter of
+/// its limit for open files and releases cached inodes' descriptors to stay within it.
 fn raise_nofile() {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     const CEILING: u64 = 1 << 20;
     let cur = getrlimit(Resource::Nofile);
+    if let Some(n) = std::env::var("AGX_MAX_FDS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    {
+        let n = cur.maximum.map_or(n, |m| n.min(m)).max(64);
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(n),
+                maximum: cur.maximum,
+            },
+        );
+        return;
+    }
     let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
@@ -329,6 +347,7 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
         crate::fs::open_views(&engine.root, &engine.agx, engine.recorder.clone()),
     )
     .map_err(|e| MountError::io(p.project.display().to_string(), e))?;
+    let fs_notifier = fs.notifier_slot();
 
     let mut config = Config::default();
     config.mount_options = vec![
@@ -390,6 +409,7 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
     }
 
     let notifier = session.notifier();
+    let _ = fs_notifier.set(notifier.clone());
     let inval_root = rustix::io::dup(&engine.root)
         .map_err(|e| MountError::io("duplicating the project handle", e.into()))?;
     engine.set_restore_hook(Box::new(move |paths| {

@@ -31,13 +31,27 @@ pub fn open_beneath(root: impl AsFd, rel: &[u8], flags: OFlags) -> rustix::io::R
     } else {
         os(rel)
     };
-    rustix::fs::openat2(
-        root,
-        path,
-        flags | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )
+    let root = root.as_fd();
+    let open = |extra: OFlags| {
+        // In the daemon, an EMFILE has the mount release idle descriptors first.
+        crate::fs::retry_descriptor(|| {
+            rustix::fs::openat2(
+                root,
+                path,
+                flags | extra | OFlags::CLOEXEC,
+                Mode::empty(),
+                ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+            )
+        })
+    };
+    let reads_content = !flags.intersects(
+        OFlags::WRONLY | OFlags::RDWR | OFlags::PATH | OFlags::DIRECTORY | OFlags::CREATE,
+    );
+    if reads_content {
+        crate::fs::without_atime(open)
+    } else {
+        open(OFlags::empty())
+    }
 }
 
 /// A live object.
@@ -98,11 +112,14 @@ pub fn walk(root: &OwnedFd, rel: &[u8], out: &mut Vec<Vec<u8>>) {
 /// The content hash of a live regular file.
 pub fn hash(obj: &LiveObj) -> Option<ContentHash> {
     use std::os::fd::AsRawFd;
-    let f = rustix::fs::open(
-        format!("/proc/self/fd/{}", obj.fd.as_raw_fd()),
-        OFlags::RDONLY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
+    let path = format!("/proc/self/fd/{}", obj.fd.as_raw_fd());
+    let f = crate::fs::without_atime(|quiet| {
+        rustix::fs::open(
+            &path,
+            OFlags::RDONLY | OFlags::CLOEXEC | quiet,
+            Mode::empty(),
+        )
+    })
     .ok()?;
     crate::capture::staging_hash(&f).ok().map(|(h, _)| h)
 }
