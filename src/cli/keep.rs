@@ -234,6 +234,8 @@ pub fn gc(dir: &Path, keep: Option<String>, dry_run: bool, json: bool) -> Result
         "checkpoints_deleted": v["checkpoints_deleted"],
         "objects_deleted": v["objects_deleted"],
         "bytes_freed": v["bytes_freed"],
+        "db_bytes_before": v["db_bytes_before"],
+        "db_bytes_after": v["db_bytes_after"],
     });
     if json {
         return print_json(&out);
@@ -260,6 +262,13 @@ pub fn gc(dir: &Path, keep: Option<String>, dry_run: bool, json: bool) -> Result
         line.push_str(&format!(", held back by {h}"));
     }
     println!("{line}");
+    let (db0, db1) = (
+        v["db_bytes_before"].as_u64().unwrap_or(0),
+        v["db_bytes_after"].as_u64().unwrap_or(0),
+    );
+    if db1 < db0 {
+        println!("timeline database: {} -> {}", bytes(db0), bytes(db1));
+    }
     Ok(())
 }
 

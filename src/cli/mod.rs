@@ -197,14 +197,15 @@ pub enum SessionCmd {
 }
 
 /// The project a command is about: -C, else the nearest ancestor of the current
-/// directory that has an agx mount or a `.agx` directory, else the current directory.
+/// directory that has an agx mount (live or dead) or a `.agx` directory, else the current
+/// directory.
 fn project_dir(cli_dir: Option<&Path>) -> PathBuf {
     if let Some(d) = cli_dir {
         return d.to_path_buf();
     }
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     for a in cwd.ancestors() {
-        if mount::live_state(a).is_some() || a.join(crate::fs::AGX_DIR_NAME).is_dir() {
+        if mount::known(a) || a.join(crate::fs::AGX_DIR_NAME).is_dir() {
             return a.to_path_buf();
         }
     }
@@ -352,15 +353,36 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                     );
                 }
             }
+            // One line per dead mount replaced: the journal and staging it left are
+            // finished by the new daemon before it reports ready.
+            let recovered: Vec<String> = prepared
+                .recovered
+                .iter()
+                .map(|r| {
+                    let pid = r.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+                    format!(
+                        "recovered from a crashed daemon{pid}: removed its dead mount at {}; the changes it had in flight are recorded",
+                        r.mountpoint.display()
+                    )
+                })
+                .collect();
             if foreground {
+                for line in &recovered {
+                    eprintln!("agx: {line}");
+                }
                 let notify = std::env::var_os("AGX_READY_STDOUT").is_some();
                 mount::serve(&prepared, notify)?;
                 return Ok(());
             }
             let st = mount::spawn(&prepared)?;
             if cli.json {
-                println!("{}", serde_json::to_string_pretty(&st)?);
+                let mut v = serde_json::to_value(&st)?;
+                v["recovered"] = serde_json::to_value(&prepared.recovered)?;
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
+                for line in &recovered {
+                    println!("{line}");
+                }
                 println!(
                     "mounted {} (daemon pid {}, {})",
                     st.mountpoint.display(),
@@ -385,7 +407,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             crate::logging::init(log::LevelFilter::Warn);
             let dir = project_dir(cli.dir.as_deref());
             let st = mount::status(&dir)?;
-            let hist = keep::status_history(&st.project, st.mounted);
+            let hist = if st.dead {
+                None
+            } else {
+                keep::status_history(&st.project, st.mounted)
+            };
             if cli.json {
                 let mut v = serde_json::to_value(&st)?;
                 if let Some(h) = &hist {
@@ -409,6 +435,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 if let Some(h) = &hist {
                     keep::print_status_history(h);
                 }
+            } else if st.dead {
+                println!(
+                    "{}: dead mount at {}: its daemon died without unmounting (every access fails with \"transport endpoint is not connected\"); `agx mount` recovers it, losing nothing recorded, or `agx unmount` removes it",
+                    st.project.display(),
+                    st.mountpoint.as_deref().unwrap_or(Path::new("?")).display()
+                );
             } else {
                 println!("{}: not mounted", st.project.display());
                 if let Some(h) = &hist {

@@ -39,6 +39,10 @@ pub struct GcReport {
     pub checkpoints_deleted: i64,
     pub objects_deleted: u64,
     pub bytes_freed: u64,
+    /// Size of the timeline database (`timeline.db` plus its WAL) before and after; gc
+    /// compacts it when it freed enough of it (see `Timeline::compact`).
+    pub db_bytes_before: u64,
+    pub db_bytes_after: u64,
 }
 
 /// History-destroying commands are refused to agent sessions (invariant 3).
@@ -246,6 +250,8 @@ impl Engine {
             checkpoints_deleted: tl.count_auto_before(k)?,
             objects_deleted: 0,
             bytes_freed: 0,
+            db_bytes_before: self.db_bytes(),
+            db_bytes_after: 0,
         };
         let mut live: HashSet<ContentHash> = tl.hashes_after(k)?;
         live.extend(self.recorder.known_hashes());
@@ -256,6 +262,7 @@ impl Engine {
             .filter_map(|h| self.store.stored_size(h))
             .sum();
         if dry_run {
+            report.db_bytes_after = report.db_bytes_before;
             return Ok(report);
         }
         let (events, cps, run) = tl.drop_upto(&GcRun {
@@ -271,7 +278,22 @@ impl Engine {
         }
         report.bytes_freed = freed;
         tl.gc_objects_done(run, garbage.len() as u64, freed)?;
+        // Last, once the history is consistent: compacting only gives space back, and on a
+        // full disk (it needs room for a copy) failing leaves the free pages for reuse.
+        if let Err(e) = tl.compact() {
+            log::warn!("gc: could not compact timeline.db: {e}");
+        }
+        report.db_bytes_after = self.db_bytes();
         Ok(report)
+    }
+
+    /// Bytes of `timeline.db` and its WAL on disk.
+    fn db_bytes(&self) -> u64 {
+        ["timeline.db", "timeline.db-wal"]
+            .iter()
+            .filter_map(|n| rustix::fs::statat(&self.agx, *n, rustix::fs::AtFlags::empty()).ok())
+            .map(|st| st.st_size as u64)
+            .sum()
     }
 
     /// Objects in the store that neither `live` nor any base chain of a live object needs.

@@ -1,5 +1,9 @@
 //! FUSE glue for the views under `.agx/at/` (served by [`crate::views`]).
 //!
+//! `.agx/at/` itself lists nothing: any REF opens by name (`.agx/at/before-refactor/`,
+//! `.agx/at/event:12/`, `.agx/at/10m/`), so walkers of the project never descend into the
+//! past.
+//!
 //! Node ids of view objects are allocated from [`NodeId::VIEW_START`] per (REF text, path)
 //! and kept for the life of the mount (the kernel may ask about any id it was given).
 //! Entries and attributes are given with a zero TTL and no negative entries: a view of a
@@ -176,9 +180,11 @@ impl AgxFs {
         self.vtable.views.as_ref().ok_or(Errno::ENOENT)
     }
 
+    /// `.agx/at`: lists no subdirectory (see `view_opendir`), hence two links.
     pub(super) fn at_dir_attr(&self) -> FileAttr {
         let mut a = self.agx_dir_attr();
         a.ino = INodeNo(NodeId::AT_DIR.0);
+        a.nlink = 2;
         a
     }
 
@@ -276,17 +282,12 @@ impl AgxFs {
             attr,
         };
         if ino == NodeId::AT_DIR {
+            // Views are reachable by name only, never listed (like a hidden .snapshot or
+            // .zfs directory): a listed view is a whole tree per checkpoint for every tool
+            // that walks the project (find, grep -r, tar, du, rsync, cp -r, editors'
+            // indexers), and it would show them the past as if it were the present.
             entries.push(dot(".", self.at_dir_attr()));
             entries.push(dot("..", self.agx_dir_attr()));
-            for name in v.names().map_err(errno)? {
-                // A checkpoint deleted meanwhile is left out.
-                if let Ok(attr) = self.view_attr(&name, b"") {
-                    entries.push(DirEntry {
-                        name: name.into(),
-                        attr,
-                    });
-                }
-            }
         } else {
             let p = self.vtable.place(ino)?;
             let s = v.snapshot(&p.0).ok_or(Errno::ENOENT)?.map_err(errno)?;

@@ -24,6 +24,8 @@ pub enum MountError {
     AllowOtherNeedsConf,
     #[error("permission denied mounting {dir}: {reason}")]
     Permission { dir: PathBuf, reason: String },
+    #[error("{dir}: the agx mount there is dead (its {daemon} died); `agx mount` recovers it, losing nothing recorded, or `agx unmount` removes it")]
+    DeadMount { dir: PathBuf, daemon: String },
     #[error("{0} is not mounted by agx")]
     NotMounted(PathBuf),
     #[error(

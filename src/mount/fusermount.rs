@@ -76,3 +76,28 @@ pub fn mount(mountpoint: &Path, options: &str) -> Result<OwnedFd, MountError> {
         }
     }
 }
+
+/// Unmounts a mount made through fusermount3 (`-u`; `-uz` detaches it lazily). A busy
+/// mount names the processes using it.
+pub fn unmount(mp: &Path, lazy: bool) -> Result<(), MountError> {
+    let mut cmd = Command::new("fusermount3");
+    cmd.arg(if lazy { "-uz" } else { "-u" }).arg("--").arg(mp);
+    let out = cmd.output().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => MountError::NoFusermount,
+        _ => MountError::io("running fusermount3", e),
+    })?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let msg = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    if msg.contains("busy") {
+        return Err(MountError::Busy {
+            dir: mp.to_path_buf(),
+            procs: super::procs::list(&super::procs::using(mp)),
+        });
+    }
+    Err(MountError::UnmountFailed {
+        dir: mp.to_path_buf(),
+        reason: msg,
+    })
+}

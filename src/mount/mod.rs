@@ -6,17 +6,22 @@ mod fusermount;
 pub mod gitexclude;
 pub mod mountinfo;
 pub mod procs;
+pub mod stale;
+mod status;
+mod unmount;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, SessionACL};
 use rustix::fs::{Mode, OFlags};
 
 pub use error::MountError;
+pub use stale::{Health, Recovered};
+pub use status::{status, Status};
+pub use unmount::unmount;
 
 use crate::control::engine::Engine;
 use crate::control::{self, MountState};
@@ -43,9 +48,11 @@ pub struct Prepared {
     pub allow_other: bool,
     pub state_path: PathBuf,
     pub log_path: PathBuf,
+    /// Dead mounts (of a killed daemon) removed to make way for this one.
+    pub recovered: Vec<Recovered>,
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
@@ -59,85 +66,50 @@ fn threads() -> usize {
         .unwrap_or(4)
 }
 
-/// Removes a mount whose daemon is gone ("transport endpoint is not connected").
-pub fn clear_stale(mp: &Path) -> Result<(), MountError> {
-    log::warn!("removing a dead agx mount at {}", mp.display());
-    if is_root() {
-        rustix::mount::unmount(mp, rustix::mount::UnmountFlags::DETACH).map_err(|e| {
-            MountError::UnmountFailed {
-                dir: mp.to_path_buf(),
-                reason: std::io::Error::from(e).to_string(),
-            }
-        })
-    } else {
-        fusermount(mp, true)
-    }
-}
-
-fn fusermount(mp: &Path, lazy: bool) -> Result<(), MountError> {
-    let mut cmd = Command::new("fusermount3");
-    cmd.arg(if lazy { "-uz" } else { "-u" }).arg("--").arg(mp);
-    let out = cmd.output().map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => MountError::NoFusermount,
-        _ => MountError::io("running fusermount3", e),
-    })?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let msg = String::from_utf8_lossy(&out.stderr).trim().to_string();
-    if msg.contains("busy") {
-        return Err(MountError::Busy {
-            dir: mp.to_path_buf(),
-            procs: procs::list(&procs::using(mp)),
-        });
-    }
-    Err(MountError::UnmountFailed {
-        dir: mp.to_path_buf(),
-        reason: msg,
-    })
-}
-
-/// Whether an agx mount at `mp` has lost its daemon. The kernel may answer `stat` of the
-/// root from its attribute cache, so this opens the directory, which always asks the daemon.
-fn is_dead_mount(mp: &Path) -> bool {
-    let dead = |e: &std::io::Error| e.raw_os_error() == Some(libc::ENOTCONN);
-    match std::fs::metadata(mp) {
-        Err(e) => dead(&e),
-        Ok(_) => {
-            mountinfo::agx_mount_at(mp).is_some()
-                && std::fs::read_dir(mp).err().is_some_and(|e| dead(&e))
-        }
-    }
-}
-
-/// Removes a dead agx mount at `p`, if there is one. Returns whether it did.
-pub fn recover(p: &Path) -> Result<bool, MountError> {
-    if is_dead_mount(p) {
-        clear_stale(p)?;
-        return Ok(true);
-    }
-    Ok(false)
-}
-
-/// The canonical form of a directory given on the command line. A dead agx mount found
-/// there is removed first, so a killed daemon never blocks the next command.
+/// The canonical form of a directory given on the command line. A dead agx mount there
+/// is an error naming the way out: removing it here would let the project's writers reach
+/// the bare directory unrecorded, so only `agx mount` (which replaces it at once) and
+/// `agx unmount` remove one.
 pub fn resolve_dir(p: &Path) -> Result<PathBuf, MountError> {
-    let abs = std::path::absolute(p).map_err(|e| MountError::io(p.display().to_string(), e))?;
-    recover(&abs)?;
-    match std::fs::metadata(&abs) {
-        Ok(md) if md.is_dir() => {}
-        Ok(_) => return Err(MountError::NotADirectory(abs)),
+    let canon = stale::locate(p)?;
+    if stale::health(&canon) == Health::Dead {
+        return Err(dead_mount(&canon));
+    }
+    check_dir(&canon)?;
+    Ok(canon)
+}
+
+fn dead_mount(dir: &Path) -> MountError {
+    MountError::DeadMount {
+        dir: dir.to_path_buf(),
+        daemon: match stale::recorded_pid(dir) {
+            Some(pid) => format!("daemon (pid {pid})"),
+            None => "daemon".into(),
+        },
+    }
+}
+
+fn check_dir(canon: &Path) -> Result<(), MountError> {
+    match std::fs::metadata(canon) {
+        Ok(md) if md.is_dir() => Ok(()),
+        Ok(_) => Err(MountError::NotADirectory(canon.to_path_buf())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(MountError::NotFound(abs))
+            Err(MountError::NotFound(canon.to_path_buf()))
         }
-        Err(e) => return Err(MountError::io(abs.display().to_string(), e)),
+        // Below a dead mount (not at its root).
+        Err(e) if stale::is_disconnected(&e) => Err(dead_mount(canon)),
+        Err(e) => Err(MountError::io(canon.display().to_string(), e)),
     }
-    let canon = abs
-        .canonicalize()
-        .map_err(|e| MountError::io(abs.display().to_string(), e))?;
-    if canon != abs {
-        recover(&canon)?;
+}
+
+/// Like [`resolve_dir`] for a directory about to be mounted on: a dead agx mount there is
+/// removed (and reported in `recovered`), since the new mount takes its place at once.
+fn resolve_for_mount(p: &Path, recovered: &mut Vec<Recovered>) -> Result<PathBuf, MountError> {
+    let canon = stale::locate(p)?;
+    if stale::health(&canon) == Health::Dead {
+        recovered.push(stale::remove(&canon)?);
     }
+    check_dir(&canon)?;
     Ok(canon)
 }
 
@@ -152,10 +124,17 @@ pub fn live_state(project: &Path) -> Option<MountState> {
     }
 }
 
+/// Whether agx has served `project` and not cleanly stopped: a state file names it, with
+/// a live daemon or a dead one (whose mount may still be there).
+pub fn known(project: &Path) -> bool {
+    control::paths(project).is_ok_and(|p| control::read_state(&p.state).is_some())
+}
+
 pub fn prepare(req: &MountRequest) -> Result<Prepared, MountError> {
-    let project = resolve_dir(&req.dir)?;
+    let mut recovered = Vec::new();
+    let project = resolve_for_mount(&req.dir, &mut recovered)?;
     let mountpoint = match &req.at {
-        Some(at) => resolve_dir(at)?,
+        Some(at) => resolve_for_mount(at, &mut recovered)?,
         None => project.clone(),
     };
     if mountpoint != project && mountpoint.starts_with(&project) {
@@ -215,6 +194,7 @@ pub fn prepare(req: &MountRequest) -> Result<Prepared, MountError> {
         allow_other,
         state_path: paths.state,
         log_path: paths.log,
+        recovered,
     })
 }
 
@@ -384,7 +364,7 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
         }
         let dev = fusermount::mount(&p.mountpoint, &opts)?;
         fuser::Session::from_fd(fs, dev, config.acl, config.clone()).map_err(|e| {
-            let _ = fusermount(&p.mountpoint, true);
+            let _ = fusermount::unmount(&p.mountpoint, true);
             MountError::MountFailed {
                 dir: p.mountpoint.clone(),
                 reason: e.to_string(),
@@ -438,9 +418,9 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
                 log::info!("signal {sig}: unmounting {}", sig_mp.display());
                 if !is_root() {
                     // Mounted through fusermount3, which must unmount it too.
-                    if let Err(e) = fusermount(&sig_mp, false) {
+                    if let Err(e) = fusermount::unmount(&sig_mp, false) {
                         log::warn!("unmount on signal failed ({e}); detaching");
-                        let _ = fusermount(&sig_mp, true);
+                        let _ = fusermount::unmount(&sig_mp, true);
                     }
                 } else if let Err(e) = unmounter.unmount() {
                     log::warn!("unmount on signal failed ({e}); detaching");
@@ -538,131 +518,6 @@ pub fn mount(req: &MountRequest) -> Result<Option<MountState>, MountError> {
         Ok(None)
     } else {
         spawn(&p).map(Some)
-    }
-}
-
-/// What `agx status` reports.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Status {
-    pub project: PathBuf,
-    pub mounted: bool,
-    pub mountpoint: Option<PathBuf>,
-    pub pid: Option<u32>,
-    pub since: Option<String>,
-    pub mode: Option<String>,
-    pub log: Option<PathBuf>,
-}
-
-pub fn status(project: &Path) -> Result<Status, MountError> {
-    let project = resolve_dir(project)?;
-    let paths = control::paths(&project)?;
-    let st = control::read_state(&paths.state).filter(|s| control::pid_alive(s.pid));
-    let mounted = st
-        .as_ref()
-        .is_some_and(|s| mountinfo::agx_mount_at(&s.mountpoint).is_some());
-    Ok(match st {
-        Some(s) if mounted => Status {
-            project,
-            mounted: true,
-            mountpoint: Some(s.mountpoint),
-            pid: Some(s.pid),
-            since: Some(s.since),
-            mode: Some(s.mode),
-            log: Some(s.log),
-        },
-        _ => Status {
-            project,
-            mounted: false,
-            mountpoint: None,
-            pid: None,
-            since: None,
-            mode: None,
-            log: None,
-        },
-    })
-}
-
-/// Unmounts the agx mount of `dir` (a project or a mountpoint) and waits for its daemon
-/// to finish. Returns a line describing what happened.
-pub fn unmount(dir: &Path, lazy: bool) -> Result<String, MountError> {
-    let abs = std::path::absolute(dir).map_err(|e| MountError::io(dir.display().to_string(), e))?;
-    if recover(&abs)? {
-        forget_states(|s| s.mountpoint == abs || s.project == abs);
-        return Ok(format!(
-            "removed a dead mount at {} (its daemon had died)",
-            abs.display()
-        ));
-    }
-    let canon = resolve_dir(&abs)?;
-    let state = control::all_states()
-        .into_iter()
-        .map(|(_, s)| s)
-        .find(|s| (s.project == canon || s.mountpoint == canon) && control::pid_alive(s.pid));
-    let mp = state
-        .as_ref()
-        .map(|s| s.mountpoint.clone())
-        .unwrap_or_else(|| canon.clone());
-    if mountinfo::agx_mount_at(&mp).is_none() {
-        forget_states(|s| {
-            (s.project == canon || s.mountpoint == canon) && !control::pid_alive(s.pid)
-        });
-        return Err(MountError::NotMounted(canon));
-    }
-    // This process must not hold the mount itself.
-    let _ = std::env::set_current_dir("/");
-    if is_root() {
-        let flags = if lazy {
-            rustix::mount::UnmountFlags::DETACH
-        } else {
-            rustix::mount::UnmountFlags::empty()
-        };
-        match rustix::mount::unmount(&mp, flags) {
-            Ok(()) => {}
-            Err(rustix::io::Errno::BUSY) => {
-                return Err(MountError::Busy {
-                    dir: mp.clone(),
-                    procs: procs::list(&procs::using(&mp)),
-                })
-            }
-            Err(e) => {
-                return Err(MountError::UnmountFailed {
-                    dir: mp,
-                    reason: std::io::Error::from(e).to_string(),
-                })
-            }
-        }
-    } else {
-        fusermount(&mp, lazy)?;
-    }
-    let Some(state) = state else {
-        return Ok(format!("unmounted {}", mp.display()));
-    };
-    if lazy {
-        return Ok(format!(
-            "detached {}; the daemon (pid {}) exits when the last user leaves",
-            mp.display(),
-            state.pid
-        ));
-    }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while control::pid_alive(state.pid) {
-        if Instant::now() > deadline {
-            return Ok(format!(
-                "unmounted {}; the daemon (pid {}) is still finishing",
-                mp.display(),
-                state.pid
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Ok(format!("unmounted {}", mp.display()))
-}
-
-fn forget_states(pred: impl Fn(&MountState) -> bool) {
-    for (path, s) in control::all_states() {
-        if pred(&s) && !control::pid_alive(s.pid) {
-            let _ = std::fs::remove_file(path);
-        }
     }
 }
 

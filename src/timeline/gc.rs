@@ -143,3 +143,36 @@ impl Timeline {
         Ok(out)
     }
 }
+
+/// A gc compacts the database file when at least this share of its pages is free (1/4)...
+const COMPACT_FREE_SHARE: i64 = 4;
+/// ...or at least this many bytes are: the rewrite costs time in proportion to what is
+/// kept, so a gc that freed little leaves the free pages for SQLite to reuse.
+const COMPACT_FREE_BYTES: i64 = 256 << 20;
+
+impl Timeline {
+    /// Gives the pages gc freed back to the filesystem, when enough are free: `VACUUM`
+    /// rewrites the database without its free pages, then a TRUNCATE checkpoint copies the
+    /// WAL (which the VACUUM filled with the whole rewritten database) into the file,
+    /// shortens the file and empties the WAL. Returns whether it compacted.
+    ///
+    /// The caller guarantees that no other connection writes meanwhile (gc holds this
+    /// connection and keeps the capture worker paused). Readers on other connections are
+    /// safe: in WAL mode the VACUUM is an ordinary write transaction, and they keep their
+    /// snapshot. A reader still open when the checkpoint runs only delays it (the busy
+    /// timeout) or leaves part of the WAL for a later checkpoint; nothing is lost either
+    /// way. Every table has an INTEGER PRIMARY KEY, so VACUUM keeps every row's id.
+    pub fn compact(&mut self) -> Result<bool, TimelineError> {
+        let conn = self.conn();
+        let pages: i64 = conn.pragma_query_value(None, "page_count", |r| r.get(0))?;
+        let free: i64 = conn.pragma_query_value(None, "freelist_count", |r| r.get(0))?;
+        let page_size: i64 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
+        if free == 0 || (free * COMPACT_FREE_SHARE < pages && free * page_size < COMPACT_FREE_BYTES)
+        {
+            return Ok(false);
+        }
+        conn.execute_batch("VACUUM")?;
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(true)
+    }
+}

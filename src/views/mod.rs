@@ -86,16 +86,6 @@ impl Views {
         self.timeline.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The names `.agx/at/` lists: named checkpoints.
-    pub fn names(&self) -> Result<Vec<String>, ViewError> {
-        Ok(self
-            .tl()
-            .checkpoints(false)?
-            .into_iter()
-            .filter_map(|c| c.name)
-            .collect())
-    }
-
     /// The point a REF names now; None when it is not a valid REF of this timeline.
     pub fn point(&self, r: &str) -> Option<Seq> {
         refs::resolve(r, &self.tl()).ok()
