@@ -89,27 +89,31 @@ fn a_tree_far_larger_than_the_limit_works_and_restores() {
 }
 
 #[test]
-fn a_file_that_lost_the_name_it_was_reached_by_stays_reachable() {
+fn a_hard_link_whose_other_name_went_stays_usable() {
     let m = Mounted::with_env(|_| {}, &[("AGX_MAX_FDS", LIMIT)]);
     let root = m.path();
     std::fs::write(root.join("a"), "shared\n").unwrap();
+    let ino = std::fs::metadata(root.join("a")).unwrap().ino();
+    // Linked last as "b": that is the name the daemon would reopen it by. Then "b" goes.
     std::fs::hard_link(root.join("a"), root.join("b")).unwrap();
-    let ino = std::fs::metadata(root.join("b")).unwrap().ino();
-    // Reached last as "a": that is the name the daemon would reopen it by.
-    std::fs::metadata(root.join("a")).unwrap();
-    std::fs::remove_file(root.join("a")).unwrap();
+    std::fs::remove_file(root.join("b")).unwrap();
     // Enough other nodes that every idle descriptor is released at least once.
     std::fs::create_dir(root.join("many")).unwrap();
     for i in 0..1500 {
         std::fs::write(root.join(format!("many/{i}")), "x").unwrap();
     }
-    let md = std::fs::metadata(root.join("b")).unwrap();
+    let md = std::fs::metadata(root.join("a")).unwrap();
     assert_eq!((md.ino(), md.nlink()), (ino, 1));
-    assert_eq!(std::fs::read_to_string(root.join("b")).unwrap(), "shared\n");
-    std::fs::write(root.join("b"), "changed\n").unwrap();
+    assert_eq!(std::fs::read_to_string(root.join("a")).unwrap(), "shared\n");
+    std::fs::write(root.join("a"), "changed\n").unwrap();
     assert_eq!(
-        std::fs::read_to_string(root.join("b")).unwrap(),
+        std::fs::read_to_string(root.join("a")).unwrap(),
         "changed\n"
+    );
+    let held = daemon_fds(&m);
+    assert!(
+        held < 400,
+        "the daemon holds {held} descriptors, over its limit"
     );
 }
 
@@ -134,4 +138,36 @@ fn a_renamed_directory_keeps_its_released_children_reachable() {
         .unwrap();
     assert!(ls.status.success(), "ls -laR: {}", hist::stderr(&ls));
     assert!(!Path::new(&root.join("top")).exists());
+    let held = daemon_fds(&m);
+    assert!(
+        held < 400,
+        "the daemon holds {held} descriptors, over its limit"
+    );
+}
+
+/// A shell whose working directory is removed lists it (empty, as on the disk) after the
+/// daemon had to release descriptors: the removed directory has no name to be reopened by.
+fn removed_cwd(dir: &Path) -> String {
+    let script = "mkdir many gone && cd gone && rmdir ../gone && \
+                  i=0; while [ $i -lt 1200 ]; do : > ../many/$i; i=$((i+1)); done; \
+                  ls -a .; echo ls=$?";
+    let o = std::process::Command::new("sh")
+        .args(["-c", script])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn a_removed_working_directory_stays_reachable() {
+    let bare = tempfile::tempdir().unwrap();
+    let want = removed_cwd(bare.path());
+    let m = Mounted::with_env(|_| {}, &[("AGX_MAX_FDS", LIMIT)]);
+    assert_eq!(removed_cwd(m.path()), want);
+    assert!(want.contains("ls=0"), "{want}");
 }

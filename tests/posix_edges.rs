@@ -131,19 +131,22 @@ fn chown_to_minus_one_clears_set_id_bits_and_moves_ctime_like_on_disk() {
     );
 }
 
+/// The attributes are read (and cached by the kernel) while the file is mapped, before the
+/// mapped write: only that write can move mtime afterwards.
 fn mapped_write(dir: &Path) -> String {
     let script = r#"
 import mmap, os, time
 f = "m"
 with open(f, "wb") as w:
     w.write(b"\0" * 8192)
+h = open(f, "r+b")
+mm = mmap.mmap(h.fileno(), 8192)
 m0 = os.stat(f).st_mtime_ns
 time.sleep(0.05)
-with open(f, "r+b") as h:
-    mm = mmap.mmap(h.fileno(), 8192)
-    mm[100:105] = b"hello"
-    mm.flush()
-    mm.close()
+mm[100:105] = b"hello"
+mm.flush()
+mm.close()
+h.close()
 st = os.stat(f)
 print("mtime moved", st.st_mtime_ns > m0, "size", st.st_size)
 print(open(f, "rb").read()[100:105])

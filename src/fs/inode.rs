@@ -298,8 +298,10 @@ impl InodeTable {
             })?;
         let st = rustix::fs::fstat(&fd).map_err(super::errno)?;
         if super::key_of(&st) != node.key {
+            log::debug!("node {} is no longer at {name:?} in {pid}: stale", node.id);
             return Err(Errno::ESTALE);
         }
+        log::debug!("node {} reopened at {name:?} in {pid}", node.id);
         Ok(self.install(node, fd, false))
     }
 
