@@ -83,6 +83,9 @@ pub fn meta_of(fd: impl AsFd, st: &Stat) -> Meta {
         target,
         xattrs,
         rdev: st.st_rdev,
+        dev: st.st_dev,
+        ino: st.st_ino,
+        nlink: st.st_nlink,
     }
 }
 

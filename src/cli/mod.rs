@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod history;
 mod hooks;
 mod keep;
+mod restore;
 mod sessions;
 mod undo;
 mod verify;
@@ -137,6 +138,11 @@ pub enum Cmd {
         /// session:ID: restore also the paths someone else changed since.
         #[arg(long)]
         force: bool,
+        /// Leave alone the paths that cannot be restored (their content at REF was not
+        /// kept, or their current content is over the capture size limit and could not
+        /// be kept) and restore the rest. Without it such a restore changes nothing.
+        #[arg(long)]
+        skip_missing: bool,
     },
     /// Undo the latest agent session (or burst of changes); run again right after, redo it.
     Oops {
@@ -268,6 +274,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             reason,
             skip_conflicts,
             force,
+            skip_missing,
         } => {
             crate::logging::init(log::LevelFilter::Warn);
             let on_conflict = if force {
@@ -277,7 +284,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 OnConflict::Refuse
             };
-            history::restore(
+            restore::restore(
                 &project_dir(cli.dir.as_deref()),
                 &at,
                 &paths,
@@ -287,6 +294,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                     on_conflict,
                     reason,
                     note: None,
+                    skip_missing,
                 },
                 cli.json,
             )

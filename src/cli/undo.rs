@@ -5,7 +5,8 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Result};
 
-use super::history::{apply_plan, rfc3339, Project};
+use super::history::{rfc3339, Project};
+use super::restore::apply_plan;
 use crate::control::engine::{OnConflict, RestoreOpts};
 use crate::control::proto::{hex, unhex, Request};
 use crate::control::undo::OOPS_NOTE;
@@ -119,10 +120,25 @@ pub fn oops(dir: &Path, dry_run: bool, yes: bool, json: bool) -> Result<()> {
             "{conflicts} file(s) were changed by someone else after session {s}; nothing undone (agx restore session:{s} --skip-conflicts undoes the rest)"
         );
     }
+    let skipped = plan["skipped"].as_array().map_or(0, |a| a.len());
+    if skipped > 0 && !dry_run {
+        let s = &plan["skipped"][0];
+        let more = if skipped > 1 {
+            format!(" (and {} more path(s))", skipped - 1)
+        } else {
+            String::new()
+        };
+        bail!(
+            "{} cannot be restored to {at}: {}{more}; nothing undone (`agx restore {at} --skip-missing` undoes the rest)",
+            s["path"].as_str().unwrap_or("?"),
+            s["reason"].as_str().unwrap_or("?"),
+        );
+    }
     let opts = RestoreOpts {
         on_conflict: OnConflict::Refuse,
         reason: None,
         note: Some(format!("{OOPS_NOTE}{what} (to {at})")),
+        skip_missing: false,
     };
     apply_plan(&p, &at, &rels, plan, dry_run, yes, opts, json)?;
     if !dry_run && !json {

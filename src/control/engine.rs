@@ -16,11 +16,12 @@ use crate::ids::Seq;
 use crate::restore::diff::FileDiff;
 use crate::restore::model::Model;
 use crate::restore::plan::{resolve, Content};
-use crate::restore::{Plan, Report, RestoreError, Step, Why};
+use crate::restore::{Report, RestoreError};
 use crate::store::Store;
 use crate::timeline::refs::{self, RefError};
-use crate::timeline::{Actor, Event, Filter, Kind, Timeline, TimelineError};
+use crate::timeline::{Event, Filter, Kind, Timeline, TimelineError};
 
+pub use super::restore::RestoreOpts;
 pub use super::undo::OnConflict;
 
 #[derive(Debug, Error)]
@@ -58,6 +59,15 @@ pub enum EngineError {
     },
     #[error("{0} path(s) were changed by someone else after the session began; nothing restored (--skip-conflicts restores the rest, --force restores them too)")]
     Conflicts(usize),
+    /// A plan with paths it cannot restore, and no leave to skip them.
+    #[error("{path} cannot be restored to {at}: {why}{more}; nothing restored (--skip-missing restores the rest)")]
+    Unrestorable {
+        path: String,
+        at: String,
+        why: String,
+        /// ", and N more path(s)" or "".
+        more: String,
+    },
     /// A request that names something that does not exist or cannot be done.
     #[error("{0}")]
     Invalid(String),
@@ -95,18 +105,8 @@ pub fn read_config(agx: impl AsFd) -> Result<Config, EngineError> {
     }
 }
 
-/// How a restore runs.
-#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
-pub struct RestoreOpts {
-    #[serde(default)]
-    pub on_conflict: OnConflict,
-    /// Why, in the user's words (recorded in the events' note).
-    pub reason: Option<String>,
-    /// The whole note, replacing "restore to REF" (oops).
-    pub note: Option<String>,
-}
-
-type RestoreHook = Box<dyn Fn(&[Vec<u8>]) + Send + Sync>;
+/// Told the paths a restore touched and the inodes whose link count it changed.
+type RestoreHook = Box<dyn Fn(&[Vec<u8>], &[u64]) + Send + Sync>;
 
 pub struct Engine {
     pub root: OwnedFd,
@@ -248,10 +248,12 @@ impl Engine {
         m.undo_all(events.iter());
         let name = String::from_utf8_lossy(path).into_owned();
         let r = label;
-        let want = resolve(&self.root, m.lookup(path)).ok_or_else(|| EngineError::Absent {
+        let mut want = resolve(&self.root, m.lookup(path)).ok_or_else(|| EngineError::Absent {
             path: name.clone(),
             at: r.to_string(),
         })?;
+        // What was recorded through the file's other names (hard links) counts too.
+        crate::restore::links::History::from_events(&events).correct(&mut want);
         match want.kind {
             Kind::Dir => Err(EngineError::IsDir {
                 path: name,
@@ -322,107 +324,6 @@ impl Engine {
         )?)
     }
 
-    /// The plan restoring `paths` (all when empty) to `r`. A `session:ID` restore covers
-    /// only what the session touched and lists the paths someone else changed since
-    /// (`on_conflict` decides whether they are in the plan). Every stored version it would
-    /// write is read and verified first: a plan that cannot be carried out whole (a corrupt
-    /// or missing object) is an error before anything changes (invariant 5).
-    pub fn plan(
-        &self,
-        r: &str,
-        paths: &[Vec<u8>],
-        on_conflict: OnConflict,
-    ) -> Result<Plan, EngineError> {
-        let point = self.point(r)?;
-        let plan = match self.session_scope(r, paths)? {
-            Some(mut scope) => {
-                let full = if scope.paths.is_empty() {
-                    Plan::empty(point)
-                } else {
-                    Plan::compute(&self.root, &self.tl(), point, &scope.paths)?
-                };
-                // A conflict matters only where the restore would change something.
-                scope.conflicts.retain(|c| {
-                    full.steps
-                        .iter()
-                        .any(|s| super::undo::related(s.path(), &c.path))
-                });
-                let mut plan = if on_conflict == OnConflict::Force || scope.conflicts.is_empty() {
-                    full
-                } else {
-                    let only: Vec<Vec<u8>> = scope
-                        .paths
-                        .into_iter()
-                        .filter(|p| !scope.conflicts.iter().any(|c| &c.path == p))
-                        .collect();
-                    if only.is_empty() {
-                        Plan::empty(point)
-                    } else {
-                        Plan::compute(&self.root, &self.tl(), point, &only)?
-                    }
-                };
-                plan.conflicts = scope.conflicts;
-                plan
-            }
-            None => Plan::compute(&self.root, &self.tl(), point, paths)?,
-        };
-        self.verify(&plan, r)?;
-        Ok(plan)
-    }
-
-    fn verify(&self, plan: &Plan, r: &str) -> Result<(), EngineError> {
-        let mut checked = std::collections::HashSet::new();
-        for step in &plan.steps {
-            if let Step::Write {
-                path,
-                content: Content::Hash(h),
-                ..
-            } = step
-            {
-                if !checked.insert(*h) {
-                    continue;
-                }
-                self.store.get(h).map_err(|source| EngineError::BadObject {
-                    path: String::from_utf8_lossy(path).into_owned(),
-                    at: r.to_string(),
-                    source,
-                })?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Restores `paths` (all when empty) to `r`, recording every step (so it can be
-    /// undone) with a note saying why.
-    pub fn restore(
-        &self,
-        r: &str,
-        paths: &[Vec<u8>],
-        opts: &RestoreOpts,
-        actor: Actor,
-        progress: &mut dyn FnMut(usize, usize),
-    ) -> Result<(Plan, Report), EngineError> {
-        let plan = self.plan(r, paths, opts.on_conflict)?;
-        if opts.on_conflict == OnConflict::Refuse && !plan.conflicts.is_empty() {
-            return Err(EngineError::Conflicts(plan.conflicts.len()));
-        }
-        let note = match (&opts.note, &opts.reason) {
-            (Some(n), _) => n.clone(),
-            (None, Some(x)) => format!("restore to {r}: {x}"),
-            (None, None) => format!("restore to {r}"),
-        };
-        let why = Why { actor, note };
-        let report = crate::restore::apply(
-            &self.root,
-            &self.store,
-            &self.recorder,
-            &plan,
-            &why,
-            progress,
-        )?;
-        Ok((plan, report))
-    }
-
     /// Called after a restore: the daemon hooks kernel cache invalidation here.
     pub fn after_restore(&self, report: &Report) {
         if let Some(hook) = self
@@ -431,11 +332,11 @@ impl Engine {
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
         {
-            hook(&report.touched);
+            hook(&report.touched, &report.inodes);
         }
     }
 
-    /// Sets what `after_restore` does with the paths a restore touched.
+    /// Sets what `after_restore` does with the paths (and inodes) a restore touched.
     pub fn set_restore_hook(&self, hook: RestoreHook) {
         *self.on_restore.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
     }

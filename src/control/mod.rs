@@ -12,6 +12,7 @@ pub mod engine;
 pub mod hooks;
 pub mod keep;
 pub mod proto;
+pub mod restore;
 pub mod server;
 pub mod sessions;
 pub mod undo;

@@ -392,8 +392,8 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
     let _ = fs_notifier.set(notifier.clone());
     let inval_root = rustix::io::dup(&engine.root)
         .map_err(|e| MountError::io("duplicating the project handle", e.into()))?;
-    engine.set_restore_hook(Box::new(move |paths| {
-        invalidate(&notifier, &inval_root, paths)
+    engine.set_restore_hook(Box::new(move |paths, inodes| {
+        invalidate(&notifier, &inval_root, paths, inodes)
     }));
     if let Err(e) = engine.record_mount() {
         log::warn!("could not record the mount in the timeline: {e}");
@@ -522,8 +522,14 @@ pub fn mount(req: &MountRequest) -> Result<Option<MountState>, MountError> {
 }
 
 /// Makes the kernel forget what it cached about paths agx changed itself (a restore):
-/// their directory entries and the attributes of what is there now.
-fn invalidate(notifier: &fuser::Notifier, root: &std::os::fd::OwnedFd, paths: &[Vec<u8>]) {
+/// their directory entries and the attributes of what is there now, and of `inodes`
+/// (files that lost a name, whose other names show a changed link count).
+fn invalidate(
+    notifier: &fuser::Notifier,
+    root: &std::os::fd::OwnedFd,
+    paths: &[Vec<u8>],
+    inodes: &[u64],
+) {
     use crate::restore::live;
     let node_of = |rel: &[u8]| -> Option<u64> {
         if rel.is_empty() {
@@ -540,5 +546,8 @@ fn invalidate(notifier: &fuser::Notifier, root: &std::os::fd::OwnedFd, paths: &[
         if let Some(ino) = node_of(p) {
             let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
         }
+    }
+    for ino in inodes {
+        let _ = notifier.inval_inode(fuser::INodeNo(*ino), 0, 0);
     }
 }

@@ -2,14 +2,15 @@
 //! the restore itself is in the timeline with what it replaced (DESIGN.md invariant 2):
 //! restoring to the point just before it undoes it.
 
-use std::io::{Read, Write};
+use std::collections::HashSet;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use rustix::fs::{AtFlags, Gid, Mode, OFlags, Timespec, Timestamps, Uid};
 use serde::Serialize;
 
-use super::live::{self, open_beneath, os, split};
-use super::plan::{Content, Plan, Step};
+use super::live::{self, open_beneath, os, split, LiveObj};
+use super::plan::{Plan, Step};
+use super::sources::Sources;
 use super::RestoreError;
 use crate::capture::{After, Before, Recorder};
 use crate::ids::{ContentHash, Seq};
@@ -25,6 +26,10 @@ pub struct Report {
     /// Project-relative paths whose entries changed (for kernel cache invalidation).
     #[serde(skip)]
     pub touched: Vec<Vec<u8>>,
+    /// Inode numbers of files that lost a name but keep others: their link count changed
+    /// under names the restore did not touch (for kernel cache invalidation).
+    #[serde(skip)]
+    pub inodes: Vec<u64>,
 }
 
 /// Who the restore's events are attributed to, and why.
@@ -33,20 +38,22 @@ pub struct Why {
     pub note: String,
 }
 
-struct Ctx<'a> {
-    root: &'a OwnedFd,
-    store: &'a Store,
-    recorder: &'a Recorder,
+pub(super) struct Ctx<'a> {
+    pub(super) root: &'a OwnedFd,
+    pub(super) store: &'a Store,
+    pub(super) recorder: &'a Recorder,
     why: &'a Why,
     report: Report,
-    tmp_counter: u64,
+    pub(super) tmp_counter: u64,
+    /// Paths whose step failed (a link to such a path is not made).
+    pub(super) failed: HashSet<Vec<u8>>,
 }
 
 fn err(path: &[u8], e: impl std::fmt::Display) -> (String, String) {
     (String::from_utf8_lossy(path).into_owned(), e.to_string())
 }
 
-fn open_parent(root: &OwnedFd, path: &[u8]) -> Result<OwnedFd, String> {
+pub(super) fn open_parent(root: &OwnedFd, path: &[u8]) -> Result<OwnedFd, String> {
     let (parent, _) = split(path);
     open_beneath(root, parent, OFlags::PATH | OFlags::DIRECTORY).map_err(|e| {
         format!(
@@ -68,7 +75,7 @@ fn proc_path(fd: impl AsFd) -> String {
 }
 
 /// Sets owner, mode, xattrs and times of `fd` (an O_PATH descriptor) to `m`.
-fn set_meta(
+pub(super) fn set_meta(
     fd: &OwnedFd,
     parent: &OwnedFd,
     name: &[u8],
@@ -111,7 +118,14 @@ fn set_meta(
 }
 
 impl Ctx<'_> {
-    fn begin(
+    /// Notes a file about to lose a name while keeping others (see `Report::inodes`).
+    pub(super) fn note_links(&mut self, obj: &LiveObj) {
+        if obj.kind == Kind::File && obj.stat.st_nlink > 1 {
+            self.report.inodes.push(obj.stat.st_ino);
+        }
+    }
+
+    pub(super) fn begin(
         &mut self,
         op: Op,
         path: &[u8],
@@ -141,7 +155,12 @@ impl Ctx<'_> {
         Ok(t)
     }
 
-    fn after_of(&self, parent: &OwnedFd, name: &[u8], hash: Option<ContentHash>) -> After {
+    pub(super) fn after_of(
+        &self,
+        parent: &OwnedFd,
+        name: &[u8],
+        hash: Option<ContentHash>,
+    ) -> After {
         match rustix::fs::openat(
             parent,
             os(name),
@@ -159,17 +178,14 @@ impl Ctx<'_> {
         }
     }
 
-    fn step(
-        &mut self,
-        step: &Step,
-        sources: &std::collections::HashMap<Vec<u8>, OwnedFd>,
-    ) -> Result<(), String> {
+    fn step(&mut self, step: &Step, sources: &Sources) -> Result<(), String> {
         let path = step.path();
         let parent = open_parent(self.root, path)?;
         let (_, name) = split(path);
         match step {
             Step::Remove { dir, .. } => {
                 let obj = live::stat(self.root, path).ok_or("it is gone already")?;
+                self.note_links(&obj);
                 let op = if *dir { Op::Rmdir } else { Op::Unlink };
                 let before = if *dir {
                     Before::Meta(obj.fd.as_fd())
@@ -216,6 +232,9 @@ impl Ctx<'_> {
                     *replace,
                     sources,
                 )?;
+            }
+            Step::Link { from, replace, .. } => {
+                self.link(&parent, path, name, from, *replace)?;
             }
             Step::Symlink { target, meta, .. } => {
                 self.make(Op::Symlink, path, &parent, name, meta.as_ref(), || {
@@ -279,101 +298,6 @@ impl Ctx<'_> {
         self.recorder.commit(t, after);
         Ok(())
     }
-
-    #[allow(clippy::too_many_arguments)]
-    fn write_file(
-        &mut self,
-        parent: &OwnedFd,
-        path: &[u8],
-        name: &[u8],
-        content: &Content,
-        meta: Option<&Meta>,
-        replace: bool,
-        sources: &std::collections::HashMap<Vec<u8>, OwnedFd>,
-    ) -> Result<(), String> {
-        self.tmp_counter += 1;
-        let tmp = format!(".agx-restore.{}.{}", std::process::id(), self.tmp_counter);
-        let fd = rustix::fs::openat(
-            parent,
-            tmp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(|e| std::io::Error::from(e).to_string())?;
-        let cleanup = |e: String| {
-            let _ = rustix::fs::unlinkat(parent, tmp.as_str(), AtFlags::empty());
-            e
-        };
-        let mut f = std::fs::File::from(fd);
-        let hash = match content {
-            Content::Hash(h) => {
-                let data = self.store.get(h).map_err(|e| cleanup(e.to_string()))?;
-                f.write_all(&data).map_err(|e| cleanup(e.to_string()))?;
-                *h
-            }
-            Content::Live(src) => {
-                let s = sources
-                    .get(src)
-                    .ok_or_else(|| cleanup("its source vanished".into()))?;
-                let mut r = std::fs::File::from(
-                    rustix::io::dup(s).map_err(|e| cleanup(std::io::Error::from(e).to_string()))?,
-                );
-                let mut hasher = blake3::Hasher::new();
-                let mut buf = vec![0u8; 1 << 20];
-                let mut off = 0u64;
-                loop {
-                    let n = rustix::io::pread(&r, &mut buf, off)
-                        .map_err(|e| cleanup(std::io::Error::from(e).to_string()))?;
-                    if n == 0 {
-                        break;
-                    }
-                    hasher.update(&buf[..n]);
-                    f.write_all(&buf[..n]).map_err(|e| cleanup(e.to_string()))?;
-                    off += n as u64;
-                }
-                let _ = r.read(&mut []);
-                ContentHash(*hasher.finalize().as_bytes())
-            }
-        };
-        drop(f);
-        if let Some(m) = meta {
-            let tfd = rustix::fs::openat(
-                parent,
-                tmp.as_str(),
-                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(|e| cleanup(std::io::Error::from(e).to_string()))?;
-            set_meta(&tfd, parent, tmp.as_bytes(), Kind::File, m)
-                .map_err(|e| cleanup(e.to_string()))?;
-        }
-        let live = if replace {
-            live::stat(self.root, path)
-        } else {
-            None
-        };
-        let t = match &live {
-            Some(obj) => self.begin(
-                Op::Write,
-                path,
-                Before::Leaving {
-                    fd: obj.fd.as_fd(),
-                    dir: parent.as_fd(),
-                    name: os(name),
-                    may_change: false,
-                },
-            ),
-            None => self.begin(Op::Create, path, Before::Absent),
-        }
-        .map_err(&cleanup)?;
-        if let Err(e) = rustix::fs::renameat(parent, tmp.as_str(), parent, os(name)) {
-            self.recorder.cancel(t);
-            return Err(cleanup(std::io::Error::from(e).to_string()));
-        }
-        let after = self.after_of(parent, name, Some(hash));
-        self.recorder.commit(t, after);
-        Ok(())
-    }
 }
 
 /// Carries out `plan` on the tree under `root`. `progress(done, total)` is called as it
@@ -386,20 +310,8 @@ pub fn apply(
     why: &Why,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Report, RestoreError> {
-    // Content that comes from live files elsewhere is held open before anything changes:
-    // files are replaced by rename, so an open descriptor keeps the old content.
-    let mut sources = std::collections::HashMap::new();
-    for s in &plan.steps {
-        if let Step::Write {
-            content: Content::Live(src),
-            ..
-        } = s
-        {
-            if let Ok(fd) = open_beneath(root, src, OFlags::RDONLY | OFlags::NOFOLLOW) {
-                sources.insert(src.clone(), fd);
-            }
-        }
-    }
+    // Content that comes from live files elsewhere is secured before anything changes.
+    let sources = Sources::secure(root, store, plan)?;
     let mut ctx = Ctx {
         root,
         store,
@@ -407,12 +319,16 @@ pub fn apply(
         why,
         report: Report::default(),
         tmp_counter: 0,
+        failed: HashSet::new(),
     };
     let total = plan.steps.len();
     for (i, s) in plan.steps.iter().enumerate() {
         match ctx.step(s, &sources) {
             Ok(()) => ctx.report.done += 1,
-            Err(e) => ctx.report.failed.push(err(s.path(), e)),
+            Err(e) => {
+                ctx.failed.insert(s.path().to_vec());
+                ctx.report.failed.push(err(s.path(), e));
+            }
         }
         progress(i + 1, total);
     }

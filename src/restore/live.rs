@@ -69,15 +69,26 @@ impl LiveObj {
 }
 
 /// The object at `rel`, or None when nothing is there (or the path runs through a
-/// symlink or a non-directory).
+/// symlink or a non-directory), or it cannot be looked at.
 pub fn stat(root: impl AsFd, rel: &[u8]) -> Option<LiveObj> {
-    let fd = open_beneath(root, rel, OFlags::PATH | OFlags::NOFOLLOW).ok()?;
-    let stat = rustix::fs::fstat(&fd).ok()?;
-    Some(LiveObj {
+    stat_checked(root, rel).ok().flatten()
+}
+
+/// Like [`stat`], but a failure other than "nothing is there" (no descriptor left, an I/O
+/// error) is an error: a plan must not take an object it cannot see for an absent one.
+pub fn stat_checked(root: impl AsFd, rel: &[u8]) -> Result<Option<LiveObj>, rustix::io::Errno> {
+    use rustix::io::Errno;
+    let fd = match open_beneath(root, rel, OFlags::PATH | OFlags::NOFOLLOW) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let stat = rustix::fs::fstat(&fd)?;
+    Ok(Some(LiveObj {
         kind: kind_of(&stat),
         fd,
         stat,
-    })
+    }))
 }
 
 /// Names in the live directory `rel` (without "." and "..").

@@ -3,9 +3,13 @@
 
 pub mod apply;
 pub mod diff;
+pub mod links;
 pub mod live;
 pub mod model;
 pub mod plan;
+mod sources;
+mod steps;
+mod write;
 
 use thiserror::Error;
 

@@ -8,10 +8,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::ids::ContentHash;
+use crate::ids::{ContentHash, Seq};
 use crate::timeline::{Event, Kind, Meta, Op};
 
 /// One path's state in the model.
+// Nodes are most entries: boxing them would add an allocation to each for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
     Absent,
@@ -29,6 +31,10 @@ pub struct Node {
     pub src: Option<Vec<u8>>,
     /// False when the content was too large to keep (only its hash is known).
     pub captured: bool,
+    /// For a recorded object: the event that recorded it. Until then, the path named the
+    /// same object it named at the point (a change of what a name refers to is an event
+    /// on it), which is what lets `restore/links.rs` tie inode numbers to the point.
+    pub seen: Option<Seq>,
 }
 
 impl Node {
@@ -39,16 +45,24 @@ impl Node {
             meta: None,
             src: Some(p.to_vec()),
             captured: true,
+            seen: None,
         }
     }
 
-    fn recorded(kind: Kind, hash: Option<ContentHash>, meta: Option<Meta>, captured: bool) -> Node {
+    fn recorded(
+        kind: Kind,
+        hash: Option<ContentHash>,
+        meta: Option<Meta>,
+        captured: bool,
+        seen: Seq,
+    ) -> Node {
         Node {
             kind: Some(kind),
             hash,
             meta,
             src: None,
             captured,
+            seen: Some(seen),
         }
     }
 }
@@ -155,18 +169,37 @@ impl Model {
         let p = e.path.as_slice();
         match e.op {
             Op::Write | Op::Truncate | Op::Fallocate => {
-                self.map.insert(
-                    p.to_vec(),
-                    Entry::Node(Node::recorded(
-                        Kind::File,
-                        e.before.hash,
-                        e.before.meta.clone(),
-                        e.captured,
-                    )),
+                let now = self.lookup(p);
+                // A restore writes a new file and renames it into place: its write
+                // replaces the object. Every other content change is made in place.
+                let inode = |s: &crate::timeline::ObjState| s.meta.as_ref().and_then(|m| m.inode());
+                let replaced = matches!(
+                    (inode(&e.before), inode(&e.after)),
+                    (Some(b), Some(a)) if a != b
                 );
+                if !replaced && Self::elsewhere(&now, &e.before) {
+                    return;
+                }
+                let mut n = Node::recorded(
+                    Kind::File,
+                    e.before.hash,
+                    e.before.meta.clone(),
+                    e.captured,
+                    e.seq,
+                );
+                // Changed in place, it is still the object the model has there (live, and
+                // maybe moved since): `plan::resolve` checks the inode of that one.
+                if let (Entry::Node(live), false) = (now, replaced) {
+                    n.src = live.src;
+                }
+                self.map.insert(p.to_vec(), Entry::Node(n));
             }
             Op::Chmod | Op::Chown | Op::Utimens | Op::Setxattr | Op::Removexattr => {
-                if let Entry::Node(mut n) = self.lookup(p) {
+                let now = self.lookup(p);
+                if Self::elsewhere(&now, &e.before) {
+                    return;
+                }
+                if let Entry::Node(mut n) = now {
                     n.meta = e.before.meta.clone();
                     if n.kind.is_none() && e.before.kind != Kind::Absent {
                         n.kind = Some(e.before.kind);
@@ -174,14 +207,16 @@ impl Model {
                     self.map.insert(p.to_vec(), Entry::Node(n));
                 }
             }
-            Op::Create | Op::Mkdir | Op::Mknod | Op::Symlink | Op::Link => {
+            Op::Create | Op::Mkdir | Op::Mknod | Op::Symlink => {
                 self.take_subtree(p);
                 self.map.insert(p.to_vec(), Entry::Absent);
             }
-            Op::Unlink | Op::Rmdir => {
+            // A link made by a restore may replace a file (recorded as its before-state);
+            // one made through the mount never does (its before-state is absent).
+            Op::Unlink | Op::Rmdir | Op::Link => {
                 self.take_subtree(p);
                 self.map
-                    .insert(p.to_vec(), Self::recorded(&e.before, e.captured));
+                    .insert(p.to_vec(), Self::recorded(&e.before, e.captured, e.seq));
             }
             Op::Rename => {
                 let Some(b) = e.to_path.as_deref() else {
@@ -194,7 +229,8 @@ impl Model {
                     .target_before
                     .clone()
                     .unwrap_or_else(crate::timeline::ObjState::absent);
-                self.map.insert(b.to_vec(), Self::recorded(&target, true));
+                self.map
+                    .insert(b.to_vec(), Self::recorded(&target, true, e.seq));
             }
             Op::Exchange => {
                 let Some(b) = e.to_path.as_deref() else {
@@ -208,10 +244,31 @@ impl Model {
         }
     }
 
-    fn recorded(s: &crate::timeline::ObjState, captured: bool) -> Entry {
+    /// Whether an event changing an object in place (content, metadata) was recorded of
+    /// another object than the one the model has at its path. FUSE names such a change by
+    /// the path the kernel last reached the file under; for a file with several names that
+    /// may be another of its names, or, once that name went to another file, a name of
+    /// that other file. Such an event is left out of the path model (whose entry there
+    /// belongs to another object); `links::History` still counts it for its inode. A
+    /// mirrored live object's inode is checked in `plan::resolve`.
+    fn elsewhere(now: &Entry, before: &crate::timeline::ObjState) -> bool {
+        let Some(was) = before.meta.as_ref().and_then(|m| m.inode()) else {
+            return false;
+        };
+        match now {
+            Entry::Absent => true,
+            Entry::Node(n) => n
+                .meta
+                .as_ref()
+                .and_then(|m| m.inode())
+                .is_some_and(|i| i != was),
+        }
+    }
+
+    fn recorded(s: &crate::timeline::ObjState, captured: bool, seen: Seq) -> Entry {
         match s.kind {
             Kind::Absent => Entry::Absent,
-            k => Entry::Node(Node::recorded(k, s.hash, s.meta.clone(), captured)),
+            k => Entry::Node(Node::recorded(k, s.hash, s.meta.clone(), captured, seen)),
         }
     }
 
@@ -227,7 +284,6 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::Seq;
     use crate::timeline::{Actor, ObjState};
 
     fn file(h: &str) -> ObjState {

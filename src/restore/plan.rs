@@ -1,14 +1,17 @@
 //! Restore plans: what to change in the live tree so that it (or some paths of it) equals
 //! the tree at a point. Only paths some event after the point touched are examined, with
-//! the live subtrees below them.
+//! the live subtrees below them (and, when hard links are involved, the other names of
+//! the files the events recorded: see `links.rs`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::OwnedFd;
 
 use serde::Serialize;
 
+use super::links::{self, History, InodeId};
 use super::live::{self, LiveObj};
-use super::model::{Entry, Model};
+use super::model::{Entry, Model, Node};
+use super::steps::Steps;
 use super::RestoreError;
 use crate::ids::{ContentHash, Seq};
 use crate::timeline::{Event, Kind, Meta, Timeline};
@@ -66,6 +69,16 @@ pub enum Step {
         #[serde(skip)]
         meta: Meta,
     },
+    /// Another name for the file at `from` (written or checked earlier in the plan): the
+    /// names were hard links of one file at the point.
+    Link {
+        #[serde(serialize_with = "ser_path")]
+        path: Vec<u8>,
+        #[serde(serialize_with = "ser_path")]
+        from: Vec<u8>,
+        /// A file is there now and is replaced.
+        replace: bool,
+    },
     /// Mode, owner, times, xattrs.
     #[serde(rename = "meta")]
     SetMeta {
@@ -84,6 +97,7 @@ impl Step {
             | Step::Write { path, .. }
             | Step::Symlink { path, .. }
             | Step::Mknod { path, .. }
+            | Step::Link { path, .. }
             | Step::SetMeta { path, .. } => path,
         }
     }
@@ -101,7 +115,9 @@ pub struct Plan {
     /// The point restored to.
     pub point: Seq,
     pub steps: Vec<Step>,
-    /// Paths the plan cannot bring back (content never kept, protected areas).
+    /// Paths the plan leaves alone because their content at the point was never kept, or
+    /// because replacing them would lose content that cannot be kept (over the capture
+    /// size limit). A restore refuses such a plan unless told to skip them.
     pub skipped: Vec<Skipped>,
     /// Paths a session restore leaves alone, or overwrites only when forced, because
     /// someone else changed them after the session began.
@@ -128,18 +144,41 @@ pub struct Want {
     pub target: Option<Vec<u8>>,
     pub meta: Option<Meta>,
     pub captured: bool,
+    /// A file's inode at the point, when known (the live one, or the one its recorded
+    /// state was read from).
+    pub inode: Option<InodeId>,
+    /// For a recorded state: the event that recorded it (the inode is known to be the
+    /// point's up to there). None: the live object, the same since the point.
+    pub seen: Option<Seq>,
 }
 
-fn depth(p: &[u8]) -> usize {
-    p.iter().filter(|c| **c == b'/').count()
+fn is_agx(p: &[u8]) -> bool {
+    p == crate::fs::AGX_DIR_NAME.as_bytes() || p.starts_with(b".agx/")
 }
 
-/// Paths restore never touches: agx's state and git's object store.
+fn is_git_objects(p: &[u8]) -> bool {
+    p == b".git/objects" || p.starts_with(b".git/objects/")
+}
+
+/// Paths diffs leave out: agx's state and git's object store.
 pub fn protected(p: &[u8]) -> bool {
-    p == crate::fs::AGX_DIR_NAME.as_bytes()
-        || p.starts_with(b".agx/")
-        || p == b".git/objects"
-        || p.starts_with(b".git/objects/")
+    is_agx(p) || is_git_objects(p)
+}
+
+/// Whether a restore may change `.git/objects/...` this way. Git's object store is passed
+/// through without capture (DESIGN.md section 4) and objects are only ever added, so a
+/// restore keeps every object (the refs it brings back point to objects that are still
+/// there), with two exceptions: an object store that did not exist at the point (a `.git`
+/// made since) is removed with everything in it, each object recorded first like any
+/// removal, so the restore can be undone; and objects missing now that the timeline knows
+/// at the point (such a restore recorded them) are brought back. An object is never
+/// rewritten.
+fn git_objects_step(want: Option<&Want>, have: Option<&LiveObj>, store_at_point: bool) -> bool {
+    match (want, have) {
+        (None, Some(_)) => !store_at_point,
+        (Some(_), None) => true,
+        _ => false,
+    }
 }
 
 fn under_any(p: &[u8], only: &[Vec<u8>]) -> bool {
@@ -150,76 +189,91 @@ fn under_any(p: &[u8], only: &[Vec<u8>]) -> bool {
 }
 
 /// The concrete state behind a model entry (reading the live tree where it mirrors it).
+/// Only the entry's own path is considered; `History::correct` adds what was recorded
+/// through the file's other names.
 pub fn resolve(root: &OwnedFd, e: Entry) -> Option<Want> {
-    let n = match e {
-        Entry::Absent => return None,
-        Entry::Node(n) => n,
-    };
-    match &n.src {
-        Some(src) => {
-            let lx = live::stat(root, src)?;
-            let kind = n.kind.unwrap_or(lx.kind);
-            let lmeta = lx.meta();
-            let content = (kind == Kind::File).then(|| match n.hash {
-                Some(h) => Content::Hash(h),
-                None => Content::Live(src.clone()),
-            });
-            let target = if kind == Kind::Symlink {
-                n.meta
-                    .as_ref()
-                    .and_then(|m| m.target.clone())
-                    .or(lmeta.target.clone())
-            } else {
-                None
-            };
-            Some(Want {
-                kind,
-                content,
-                target,
-                meta: Some(n.meta.unwrap_or(lmeta)),
-                captured: n.captured,
-            })
-        }
-        None => {
-            let kind = n.kind?;
-            Some(Want {
-                kind,
-                content: n.hash.map(Content::Hash),
-                target: n.meta.as_ref().and_then(|m| m.target.clone()),
-                meta: n.meta,
-                captured: n.captured,
-            })
-        }
-    }
+    resolve_checked(root, e).ok().flatten()
 }
 
-fn meta_differs(kind: Kind, want: &Meta, have: &Meta) -> bool {
-    let perm = |m: &Meta| m.mode & 0o7777;
-    let mut xa = want.xattrs.clone();
-    let mut xb = have.xattrs.clone();
-    xa.sort();
-    xb.sort();
-    if kind == Kind::Symlink {
-        return want.uid != have.uid || want.gid != have.gid;
+/// Like [`resolve`], with a live object that cannot be looked at as an error.
+pub fn resolve_checked(root: &OwnedFd, e: Entry) -> Result<Option<Want>, rustix::io::Errno> {
+    let mut n = match e {
+        Entry::Absent => return Ok(None),
+        Entry::Node(n) => n,
+    };
+    let Some(src) = n.src.clone() else {
+        return Ok(recorded(n));
+    };
+    let Some(lx) = live::stat_checked(root, &src)? else {
+        // A content change recorded over a mirror whose object is gone now (changed
+        // outside the mount): the recorded state still stands.
+        return Ok(n.hash.is_some().then(|| recorded(n)).flatten());
+    };
+    let id = (lx.stat.st_dev, lx.stat.st_ino);
+    if n.meta
+        .as_ref()
+        .and_then(|m| m.inode())
+        .is_some_and(|i| i != id)
+    {
+        // Recorded of another object (see `Model::undo`): the live object as it is.
+        n = Node::live(&src);
     }
-    perm(want) != perm(have)
-        || want.uid != have.uid
-        || want.gid != have.gid
-        || (want.mtime, want.mtime_nsec) != (have.mtime, have.mtime_nsec)
-        || xa != xb
+    let kind = n.kind.unwrap_or(lx.kind);
+    let lmeta = lx.meta();
+    let content = (kind == Kind::File).then(|| match n.hash {
+        Some(h) => Content::Hash(h),
+        None => Content::Live(src.clone()),
+    });
+    let target = if kind == Kind::Symlink {
+        n.meta
+            .as_ref()
+            .and_then(|m| m.target.clone())
+            .or(lmeta.target.clone())
+    } else {
+        None
+    };
+    Ok(Some(Want {
+        kind,
+        content,
+        target,
+        meta: Some(n.meta.unwrap_or(lmeta)),
+        captured: n.captured,
+        inode: (kind == Kind::File).then_some(id),
+        seen: None,
+    }))
+}
+
+/// The state of a node recorded whole (no live object behind it).
+fn recorded(n: Node) -> Option<Want> {
+    let kind = n.kind?;
+    Some(Want {
+        kind,
+        content: n.hash.map(Content::Hash),
+        target: n.meta.as_ref().and_then(|m| m.target.clone()),
+        inode: n
+            .meta
+            .as_ref()
+            .and_then(|m| m.inode())
+            .filter(|_| kind == Kind::File),
+        meta: n.meta,
+        captured: n.captured,
+        seen: n.seen,
+    })
 }
 
 impl Plan {
     /// The plan bringing the live tree under `root` (limited to `only`, if given) back to
-    /// `point`.
+    /// `point`. Live files over `max_size` are never removed or replaced (their content
+    /// could not be kept).
     pub fn compute(
         root: &OwnedFd,
         timeline: &Timeline,
         point: Seq,
         only: &[Vec<u8>],
+        max_size: u64,
     ) -> Result<Plan, RestoreError> {
         let events = timeline.events_after(point)?;
-        Self::from_events(root, &events, point, only)
+        Self::from_events(root, &events, point, only, max_size)
     }
 
     pub fn from_events(
@@ -227,9 +281,11 @@ impl Plan {
         events: &[Event],
         point: Seq,
         only: &[Vec<u8>],
+        max_size: u64,
     ) -> Result<Plan, RestoreError> {
         let mut model = Model::new();
         model.undo_all(events.iter());
+        let history = History::from_events(events);
 
         let mut cand: BTreeSet<Vec<u8>> = BTreeSet::new();
         for e in events {
@@ -265,49 +321,45 @@ impl Plan {
             }
         }
         cand.extend(extra);
-
-        let mut removes = Vec::new();
-        let mut creates = Vec::new();
-        let mut metas = Vec::new();
-        let mut skipped = Vec::new();
-        for c in cand {
-            if c.is_empty() || !under_any(&c, only) {
-                continue;
-            }
-            if protected(&c) {
-                continue;
-            }
-            let want = resolve(root, model.lookup(&c));
-            let have = live::stat(root, &c);
-            plan_path(
-                &c,
-                want,
-                have,
-                &mut removes,
-                &mut creates,
-                &mut metas,
-                &mut skipped,
-                root,
-            );
+        if history.linked() {
+            let others = links::other_names(root, &model, &history, &cand);
+            cand.extend(others);
         }
-        removes.sort_by(|a: &Step, b: &Step| {
-            depth(b.path())
-                .cmp(&depth(a.path()))
-                .then(b.path().cmp(a.path()))
-        });
-        creates.sort_by(|a: &Step, b: &Step| {
-            depth(a.path())
-                .cmp(&depth(b.path()))
-                .then(a.path().cmp(b.path()))
-        });
-        metas.sort_by(|a: &Step, b: &Step| {
-            depth(b.path())
-                .cmp(&depth(a.path()))
-                .then(a.path().cmp(b.path()))
-        });
-        let mut steps = removes;
-        steps.extend(creates);
-        steps.extend(metas);
+
+        let store_at_point =
+            resolve(root, model.lookup(b".git/objects")).is_some_and(|w| w.kind == Kind::Dir);
+        let mut steps = Steps::new(root, max_size);
+        // Files by their inode at the point. (Paths only: a descriptor per file would run
+        // out on big restores.)
+        let mut groups: BTreeMap<InodeId, Vec<(Vec<u8>, Want)>> = BTreeMap::new();
+        for c in cand {
+            if c.is_empty() || !under_any(&c, only) || is_agx(&c) {
+                continue;
+            }
+            let failed = |e| RestoreError::Other(format!("{}: {e}", String::from_utf8_lossy(&c)));
+            let mut want = resolve_checked(root, model.lookup(&c)).map_err(failed)?;
+            let have = live::stat_checked(root, &c).map_err(failed)?;
+            if is_git_objects(&c) && !git_objects_step(want.as_ref(), have.as_ref(), store_at_point)
+            {
+                continue;
+            }
+            if let Some(w) = &mut want {
+                history.correct(w);
+            }
+            match want {
+                Some(w) if w.inode.is_some() => {
+                    let id = w.inode.expect("checked");
+                    groups.entry(id).or_default().push((c, w));
+                }
+                w => {
+                    steps.path(&c, w, have, false);
+                }
+            }
+        }
+        for (id, members) in groups {
+            links::plan_group(&mut steps, root, id, members)?;
+        }
+        let (steps, skipped) = steps.finish();
         Ok(Plan {
             point,
             steps,
@@ -328,130 +380,5 @@ impl Plan {
 
     pub fn is_empty(&self) -> bool {
         self.steps.is_empty()
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn plan_path(
-    c: &[u8],
-    want: Option<Want>,
-    have: Option<LiveObj>,
-    removes: &mut Vec<Step>,
-    creates: &mut Vec<Step>,
-    metas: &mut Vec<Step>,
-    skipped: &mut Vec<Skipped>,
-    root: &OwnedFd,
-) {
-    let path = c.to_vec();
-    let Some(want) = want else {
-        if let Some(h) = have {
-            removes.push(Step::Remove {
-                path,
-                dir: h.kind == Kind::Dir,
-            });
-        }
-        return;
-    };
-    if want.kind == Kind::File && want.content.is_none() {
-        skipped.push(Skipped {
-            path,
-            reason: "its content at that point was never recorded".into(),
-        });
-        return;
-    }
-    if want.kind == Kind::File && !want.captured {
-        if let Some(Content::Hash(_)) = want.content {
-            skipped.push(Skipped {
-                path,
-                reason: "larger than the capture limit: only its hash was kept".into(),
-            });
-            return;
-        }
-    }
-    let same_kind = have.as_ref().is_some_and(|h| h.kind == want.kind);
-    if let (Some(h), false) = (&have, same_kind) {
-        removes.push(Step::Remove {
-            path: path.clone(),
-            dir: h.kind == Kind::Dir,
-        });
-    }
-    let have = have.filter(|_| same_kind);
-    match want.kind {
-        Kind::Dir => match &have {
-            None => {
-                creates.push(Step::Mkdir {
-                    path: path.clone(),
-                    meta: want.meta.clone(),
-                });
-                if let Some(m) = want.meta {
-                    metas.push(Step::SetMeta { path, meta: m });
-                }
-            }
-            Some(h) => {
-                if let Some(m) = want.meta {
-                    if meta_differs(Kind::Dir, &m, &h.meta()) {
-                        metas.push(Step::SetMeta { path, meta: m });
-                    }
-                }
-            }
-        },
-        Kind::File => {
-            let content = want.content.clone().expect("checked above");
-            let same_content = match (&have, &content) {
-                (None, _) => false,
-                (Some(h), Content::Hash(x)) => {
-                    h.stat.st_size as u64
-                        == want
-                            .meta
-                            .as_ref()
-                            .map(|m| m.size)
-                            .unwrap_or(h.stat.st_size as u64)
-                        && live::hash(h) == Some(*x)
-                }
-                (Some(h), Content::Live(src)) => {
-                    src.as_slice() == c
-                        || live::stat(root, src).and_then(|s| live::hash(&s)) == live::hash(h)
-                }
-            };
-            if !same_content {
-                creates.push(Step::Write {
-                    path,
-                    content,
-                    meta: want.meta,
-                    replace: have.is_some(),
-                });
-            } else if let (Some(h), Some(m)) = (&have, want.meta) {
-                if meta_differs(Kind::File, &m, &h.meta()) {
-                    metas.push(Step::SetMeta { path, meta: m });
-                }
-            }
-        }
-        Kind::Symlink => {
-            let target = want.target.clone().unwrap_or_default();
-            let same = have
-                .as_ref()
-                .is_some_and(|h| h.meta().target.as_deref() == Some(target.as_slice()));
-            if !same {
-                if have.is_some() {
-                    removes.push(Step::Remove {
-                        path: path.clone(),
-                        dir: false,
-                    });
-                }
-                creates.push(Step::Symlink {
-                    path,
-                    target,
-                    meta: want.meta,
-                });
-            }
-        }
-        Kind::Other => {
-            if have.is_none() {
-                if let Some(m) = want.meta {
-                    creates.push(Step::Mknod { path, meta: m });
-                }
-            }
-        }
-        Kind::Absent => {}
     }
 }

@@ -40,6 +40,22 @@ pub struct Meta {
     /// Device number for device nodes.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub rdev: u64,
+    /// The backing object's device and inode number, and its link count, when the state
+    /// was read (0: not recorded, as in events older than these fields). Names whose
+    /// states show one inode were hard links of one file (see `restore/links.rs`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dev: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ino: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub nlink: u64,
+}
+
+impl Meta {
+    /// The inode this state was read from, when recorded.
+    pub fn inode(&self) -> Option<(u64, u64)> {
+        (self.ino != 0).then_some((self.dev, self.ino))
+    }
 }
 
 fn is_zero(x: &u64) -> bool {
