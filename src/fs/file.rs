@@ -164,6 +164,21 @@ impl AgxFs {
         Ok(attr::from_stat(self.report_id(ino, &st), &st))
     }
 
+    /// How long the kernel may keep the attributes of `ino` it asked for. Not at all while
+    /// the file is open for writing through passthrough: writes through a shared mapping
+    /// change the backing file's mtime without the FUSE inode seeing them (the release
+    /// also drops the cached attributes, but it reaches agx after `close` returns).
+    pub(super) fn attr_ttl(&self, ino: NodeId) -> std::time::Duration {
+        let writing = self.inodes.get(ino).is_some_and(|n| {
+            n.writers() > 0 && n.backing.lock().unwrap_or_else(|e| e.into_inner()).opens > 0
+        });
+        if writing {
+            std::time::Duration::ZERO
+        } else {
+            self.cfg.ttl
+        }
+    }
+
     /// The inode number `stat` reports: the node id, except for the root, which keeps its
     /// backing number (its node id is fixed at 1 by the protocol).
     fn report_id(&self, ino: NodeId, st: &rustix::fs::Stat) -> NodeId {

@@ -131,7 +131,7 @@ impl Filesystem for AgxFs {
             return;
         }
         match self.do_getattr(id(ino), fh.map(hid)) {
-            Ok(attr) => reply.attr(&self.cfg.ttl, &attr),
+            Ok(attr) => reply.attr(&self.attr_ttl(id(ino)), &attr),
             Err(e) => reply.error(e),
         }
     }
