@@ -60,18 +60,7 @@ fn setid_while_open(dir: &Path) -> Vec<String> {
     chmod(dir, 0o777);
     let script = "exec 3>>g; printf 'x\\n' >&3; touch ready; \
                   while [ ! -e go ]; do sleep 0.02; done; printf 'z\\n' >&3";
-    let child = std::process::Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "sh",
-            "-c",
-            script,
-        ])
-        .current_dir(dir)
-        .spawn()
-        .unwrap();
+    let child = util::nobody_sh(dir, script).spawn().unwrap();
     while !dir.join("ready").exists() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }

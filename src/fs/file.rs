@@ -462,10 +462,9 @@ impl AgxFs {
             record_create()?
         };
         // Exclusive first, so an existing file is known (and recorded) before O_TRUNC.
-        let (file, ticket) = match self
-            .inodes
-            .retry(|| rustix::fs::openat(&*pfd, name, oflags | OFlags::CREATE | OFlags::EXCL, perm))
-        {
+        let (file, ticket) = match super::descriptors::retry(|| {
+            rustix::fs::openat(&*pfd, name, oflags | OFlags::CREATE | OFlags::EXCL, perm)
+        }) {
             Ok(f) => {
                 if let Err(e) = self.give_to_caller(&p, name, caller, mode) {
                     self.finish(created, &Err::<(), _>(e), || After::Absent);
@@ -488,9 +487,9 @@ impl AgxFs {
                 } else {
                     None
                 };
-                let reopened = self
-                    .inodes
-                    .retry(|| rustix::fs::openat(&*pfd, name, oflags | OFlags::NOFOLLOW, perm));
+                let reopened = super::descriptors::retry(|| {
+                    rustix::fs::openat(&*pfd, name, oflags | OFlags::NOFOLLOW, perm)
+                });
                 match reopened {
                     Ok(f) => (f, ticket),
                     Err(e) => {

@@ -283,19 +283,18 @@ impl InodeTable {
             Some(fd) => fd,
             None => self.warm(&parent, depth + 1)?,
         };
-        let fd = self
-            .retry(|| {
-                rustix::fs::openat(
-                    &*pfd,
-                    &name,
-                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-            })
-            .map_err(|e| match e {
-                rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR => Errno::ESTALE,
-                e => super::errno(e),
-            })?;
+        let fd = super::descriptors::retry(|| {
+            rustix::fs::openat(
+                &*pfd,
+                &name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        })
+        .map_err(|e| match e {
+            rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR => Errno::ESTALE,
+            e => super::errno(e),
+        })?;
         let st = rustix::fs::fstat(&fd).map_err(super::errno)?;
         if super::key_of(&st) != node.key {
             log::debug!("node {} is no longer at {name:?} in {pid}: stale", node.id);
@@ -365,12 +364,6 @@ impl InodeTable {
             released += 1;
         }
         released
-    }
-
-    /// Runs `open` (which makes a descriptor), releasing idle node descriptors and trying
-    /// again when the process is out of them (see [`super::descriptors::retry`]).
-    pub fn retry<T>(&self, open: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
-        super::descriptors::retry(open)
     }
 
     /// Releases half of the held node descriptors that may be released (at least a batch).

@@ -194,7 +194,7 @@ impl AgxFs {
     /// Makes a descriptor with `open`, releasing idle node descriptors and trying again
     /// when the process is out of them.
     fn retry<T>(&self, open: impl FnMut() -> rustix::io::Result<T>) -> Result<T, Errno> {
-        self.inodes.retry(open).or_errno()
+        descriptors::retry(open).or_errno()
     }
 
     /// Reopens a node's `O_PATH` descriptor as a real file with `flags`.

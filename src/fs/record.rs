@@ -115,21 +115,9 @@ impl AgxFs {
 
     /// The state now at `parent/name`, for `After`.
     pub(super) fn after_at(&self, parent: &Node, name: &OsStr) -> After {
-        let Ok(pfd) = self.fd(parent) else {
-            return After::Absent;
-        };
-        match self.retry(|| {
-            rustix::fs::openat(
-                &*pfd,
-                name,
-                rustix::fs::OFlags::PATH
-                    | rustix::fs::OFlags::NOFOLLOW
-                    | rustix::fs::OFlags::CLOEXEC,
-                rustix::fs::Mode::empty(),
-            )
-        }) {
-            Ok(fd) => After::State(self.rec.state_of(fd.as_fd())),
-            Err(_) => After::Absent,
+        match self.peek(parent, name) {
+            Ok(Some(fd)) => After::State(self.rec.state_of(fd.as_fd())),
+            _ => After::Absent,
         }
     }
 
@@ -157,7 +145,7 @@ impl AgxFs {
     /// for "absent" would record no before-image for what the change replaces.
     pub(super) fn peek(&self, parent: &Node, name: &OsStr) -> Result<Option<OwnedFd>, Errno> {
         let pfd = self.fd(parent)?;
-        match self.inodes.retry(|| {
+        match super::descriptors::retry(|| {
             rustix::fs::openat(
                 &*pfd,
                 name,

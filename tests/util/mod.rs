@@ -99,20 +99,24 @@ pub fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> 
     .map(drop)
 }
 
+/// `sh -c script` in `dir` as uid/gid 65534 with no supplementary groups, to be run.
+pub fn nobody_sh(dir: &Path, script: &str) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "sh",
+        "-c",
+        script,
+    ])
+    .current_dir(dir);
+    cmd
+}
+
 /// Runs `sh -c script` in `dir` as uid/gid 65534 with no supplementary groups.
 pub fn sh_as_nobody(dir: &Path, script: &str) -> Output {
-    Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "sh",
-            "-c",
-            script,
-        ])
-        .current_dir(dir)
-        .output()
-        .expect("running setpriv")
+    nobody_sh(dir, script).output().expect("running setpriv")
 }
 
 /// Runs `sh -c script` in `dir` and returns its output whatever the exit status.
