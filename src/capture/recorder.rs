@@ -262,6 +262,7 @@ impl Recorder {
             .name("agx-capture".into())
             .spawn(move || worker_loop(w_shared, timeline, rx))
             .map_err(super::CaptureError::io("starting the capture worker"))?;
+        shared.slots.set_worker(worker.thread().clone());
         Ok(Recorder {
             shared,
             next_seq: AtomicI64::new(last.0 + 1),
@@ -574,6 +575,7 @@ impl Recorder {
     pub fn flush(&self) {
         let (tx, rx) = crossbeam_channel::bounded(1);
         if self.tx.send(Job::Flush(tx)).is_ok() {
+            self.shared.slots.wake_worker();
             let _ = rx.recv();
         }
     }
@@ -584,6 +586,7 @@ impl Recorder {
         let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
         let (resume_tx, resume_rx) = crossbeam_channel::bounded(0);
         if self.tx.send(Job::Pause(ack_tx, resume_rx)).is_ok() {
+            self.shared.slots.wake_worker();
             let _ = ack_rx.recv();
         }
         Paused { _resume: resume_tx }
@@ -601,6 +604,7 @@ impl Recorder {
     /// and recovered at the next start.
     pub fn shutdown(&self) {
         let _ = self.tx.send(Job::Stop);
+        self.shared.slots.wake_worker();
         if let Some(h) = self.worker.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = h.join();
         }
@@ -645,25 +649,34 @@ pub(super) fn ingest_live(
 ) -> Result<ObjState, super::CaptureError> {
     let st = rustix::fs::fstat(fd).map_err(|e| super::CaptureError::io("stat")(e.into()))?;
     let kind = kind_of(&st);
-    let meta = meta_of(fd, &st);
     if kind != Kind::File {
         return Ok(ObjState {
             kind,
             hash: None,
-            meta: Some(meta),
+            meta: Some(meta_of(fd, &st)),
         });
     }
-    let file = shared
-        .reopen_read(fd)
-        .map_err(super::CaptureError::io("reading an after-image"))?;
+    // A released handle's own descriptor is read as it is (it reads without moving
+    // atime); an `O_PATH` one is reopened.
+    let reopened;
+    let file = if readable(fd) {
+        fd.as_fd()
+    } else {
+        reopened = shared
+            .reopen_read(fd)
+            .map_err(super::CaptureError::io("reading an after-image"))?;
+        reopened.as_fd()
+    };
+    // Through the open file: its xattrs are read without a path lookup.
+    let meta = meta_of(file, &st);
     let stored = keep && st.st_size as u64 <= shared.max_size;
     let hash = if stored {
         shared
             .store
-            .put_reader(std::fs::File::from(file), base)?
+            .put_reader(super::staging::PositionalReader::new(file), base)?
             .hash
     } else {
-        hash_file(&file)
+        hash_file(file)
             .map_err(super::CaptureError::io("hashing an after-image"))?
             .0
     };
@@ -680,6 +693,13 @@ pub(super) fn ingest_live(
         kind,
         hash: exact.then_some(hash),
         meta: Some(meta),
+    })
+}
+
+/// Whether `fd` is open for reading (not `O_PATH`, not write-only).
+fn readable(fd: impl AsFd) -> bool {
+    rustix::fs::fcntl_getfl(fd).is_ok_and(|fl| {
+        !fl.contains(OFlags::PATH) && (fl.contains(OFlags::RDWR) || !fl.contains(OFlags::WRONLY))
     })
 }
 
@@ -808,28 +828,108 @@ pub(super) fn finish(
     Finished { event: e, stored }
 }
 
+/// How long the worker gathers finished events before it writes them to the timeline in
+/// one transaction. Each job is still finished (after-images read and stored) as soon as it
+/// arrives; only the database write waits. The journal holds the events meanwhile, and a
+/// flush, pause or stop writes at once. A transaction per event cost the worker most of its
+/// time (statement setup, WAL frames, locks). Default 20 ms; a longer window saves little
+/// more and delays what a reader of the database that does not flush sees.
+const BATCH_WINDOW: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Events per transaction at most (bounds the memory a burst takes).
+const BATCH_MAX: usize = 512;
+
+/// While jobs keep coming, the worker looks for more every NAP instead of waiting to be
+/// woken: a sender then only queues its job. Waking a blocked worker for every change cost
+/// a cross-CPU wakeup per file, on the request path and in the worker, which was most of
+/// what capture added to an untar. An after-image is read at most NAP late (a change made
+/// meanwhile leaves it unknown, never wrong); flush, pause, stop and a sender short of
+/// queue slots wake the worker at once. Default 2 ms.
+const NAP: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// After this long without a job, the worker blocks until a sender wakes it. Default 50 ms.
+const IDLE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The next job. `Ok(None)`: the open batch's window has ended with no job queued, so the
+/// batch is due. `Err`: every sender is gone.
+fn next_job(
+    rx: &Receiver<Job>,
+    opened: Option<std::time::Instant>,
+    last_job: std::time::Instant,
+) -> Result<Option<Job>, ()> {
+    use crossbeam_channel::{RecvTimeoutError, TryRecvError};
+    loop {
+        match rx.try_recv() {
+            Ok(j) => return Ok(Some(j)),
+            Err(TryRecvError::Disconnected) => return Err(()),
+            Err(TryRecvError::Empty) => {}
+        }
+        let now = std::time::Instant::now();
+        let due = opened.map(|t| t + BATCH_WINDOW);
+        if due.is_some_and(|d| now >= d) {
+            return Ok(None);
+        }
+        if now < last_job + IDLE {
+            let nap = due.map_or(NAP, |d| NAP.min(d - now));
+            std::thread::park_timeout(nap);
+            continue;
+        }
+        return match due {
+            None => rx.recv().map(Some).map_err(|_| ()),
+            Some(d) => match rx.recv_deadline(d) {
+                Ok(j) => Ok(Some(j)),
+                Err(RecvTimeoutError::Timeout) => Ok(None),
+                Err(RecvTimeoutError::Disconnected) => Err(()),
+            },
+        };
+    }
+}
+
+/// Whether finishing `t` needs the newest recorded content of its path (the patch-from base
+/// for content it stores): only when it stores a before-image, or an after-image of a
+/// change to an existing file.
+fn needs_base(t: &Ticket, after: &After) -> bool {
+    t.staged.is_some() || (matches!(after, After::Content(_)) && t.event.op != Op::Create)
+}
+
 fn worker_loop(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
     // Events to insert, with the staged files to remove once they are in the timeline.
     let mut batch: Vec<Finished> = Vec::new();
     let mut settled = 0i64;
+    // When the oldest job of the open batch was finished.
+    let mut opened: Option<std::time::Instant> = None;
+    let mut last_job = std::time::Instant::now();
     let mut stop = false;
     // Set once events could not be written to the timeline: the journal then keeps every
     // record until the next start recovers them.
     let mut keep_journal = false;
     while !stop {
-        let job = if batch.is_empty() && settled == 0 {
-            match rx.recv() {
-                Ok(j) => Some(j),
-                Err(_) => break,
+        let job = match next_job(&rx, opened, last_job) {
+            Ok(j) => j,
+            Err(()) if opened.is_none() => break,
+            Err(()) => {
+                stop = true;
+                None
             }
-        } else {
-            rx.try_recv().ok()
         };
+        if job.is_some() {
+            last_job = std::time::Instant::now();
+        }
         let mut waiter = None;
         let mut pause = None;
         match job {
             Some(Job::Commit(t, after)) => {
-                let base = timeline.last_hash_of(&t.event.path).ok().flatten();
+                let base = if needs_base(&t, &after) {
+                    // The batch is newer than the timeline.
+                    batch
+                        .iter()
+                        .rev()
+                        .find(|f| f.event.path == t.event.path && f.event.after.hash.is_some())
+                        .and_then(|f| f.event.after.hash)
+                        .or_else(|| timeline.last_hash_of(&t.event.path).ok().flatten())
+                } else {
+                    None
+                };
                 let held_fd = matches!(after, After::Content(_));
                 let done = finish(&shared, *t, after, base);
                 if held_fd {
@@ -851,7 +951,8 @@ fn worker_loop(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
                 } else {
                     batch.push(done);
                 }
-                if batch.len() < 512 && !rx.is_empty() {
+                let t0 = *opened.get_or_insert_with(std::time::Instant::now);
+                if batch.len() < BATCH_MAX && t0.elapsed() < BATCH_WINDOW {
                     continue;
                 }
             }
@@ -860,6 +961,7 @@ fn worker_loop(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
             Some(Job::Stop) => stop = true,
             None => {}
         }
+        opened = None;
         if !batch.is_empty() {
             match timeline.insert(batch.iter().map(|f| &f.event)) {
                 Ok(()) => batch.iter().for_each(|f| f.clean(&shared)),

@@ -6,12 +6,14 @@
 //! descriptor limit. Senders wait for a free slot instead, as on a full queue; the worker
 //! always makes progress, so the wait ends.
 
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, OnceLock};
 
 pub struct Slots {
     max: usize,
     used: Mutex<usize>,
     freed: Condvar,
+    /// The worker, which naps between looks at the queue: a sender out of slots wakes it.
+    worker: OnceLock<std::thread::Thread>,
 }
 
 impl Slots {
@@ -22,6 +24,18 @@ impl Slots {
             max: (nofile / 8).clamp(16, 4096),
             used: Mutex::new(0),
             freed: Condvar::new(),
+            worker: OnceLock::new(),
+        }
+    }
+
+    pub fn set_worker(&self, t: std::thread::Thread) {
+        let _ = self.worker.set(t);
+    }
+
+    /// Has the worker look at the queue now.
+    pub fn wake_worker(&self) {
+        if let Some(t) = self.worker.get() {
+            t.unpark();
         }
     }
 
@@ -29,6 +43,7 @@ impl Slots {
     pub fn acquire(&self) {
         let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
         while *used >= self.max {
+            self.wake_worker();
             used = self.freed.wait(used).unwrap_or_else(|e| e.into_inner());
         }
         *used += 1;

@@ -145,6 +145,27 @@ fn buffer_for(size: u64) -> Vec<u8> {
     vec![0u8; (size as usize).saturating_add(1).clamp(4096, 1 << 20)]
 }
 
+/// Reads a file from offset 0 with positional reads: the descriptor's own offset (shared
+/// with its duplicates, e.g. a released handle's) is neither used nor moved.
+pub struct PositionalReader<F> {
+    fd: F,
+    off: u64,
+}
+
+impl<F: AsFd> PositionalReader<F> {
+    pub fn new(fd: F) -> Self {
+        PositionalReader { fd, off: 0 }
+    }
+}
+
+impl<F: AsFd> std::io::Read for PositionalReader<F> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = rustix::io::pread(&self.fd, buf, self.off)?;
+        self.off += n as u64;
+        Ok(n)
+    }
+}
+
 /// Hashes a readable file without keeping it (new files' after-images, files too large to
 /// capture).
 pub fn hash_file(src: impl AsFd) -> std::io::Result<(ContentHash, u64)> {

@@ -89,10 +89,22 @@ pub fn meta_of(fd: impl AsFd, st: &Stat) -> Meta {
     }
 }
 
+/// The xattrs of the object behind `fd`: through the descriptor when it is open for I/O,
+/// through its `/proc/self/fd` link when it is an `O_PATH` one (which the xattr calls
+/// refuse with EBADF).
 fn read_xattrs(fd: impl AsFd) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let path = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
+    let fd = fd.as_fd();
+    let path = std::cell::OnceCell::new();
+    let path = || {
+        path.get_or_init(|| format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .clone()
+    };
     let mut names = vec![0u8; 4096];
-    let n = match rustix::fs::listxattr(&path, &mut names) {
+    let n = match rustix::fs::flistxattr(fd, &mut names) {
+        Err(rustix::io::Errno::BADF) => rustix::fs::listxattr(path(), &mut names),
+        r => r,
+    };
+    let n = match n {
         Ok(0) | Err(_) => return Vec::new(),
         Ok(n) => n,
     };
@@ -104,7 +116,11 @@ fn read_xattrs(fd: impl AsFd) -> Vec<(Vec<u8>, Vec<u8>)> {
             continue;
         }
         let mut val = vec![0u8; 65536];
-        if let Ok(len) = rustix::fs::getxattr(&path, cname, &mut val) {
+        let got = match rustix::fs::fgetxattr(fd, cname, &mut val) {
+            Err(rustix::io::Errno::BADF) => rustix::fs::getxattr(path(), cname, &mut val),
+            r => r,
+        };
+        if let Ok(len) = got {
             val.truncate(len);
             out.push((name.to_vec(), val));
         }

@@ -118,6 +118,18 @@ fn handle_flags(flags: i32) -> OFlags {
     (f & !dropped) | OFlags::CLOEXEC
 }
 
+/// Flags for the daemon's descriptor of a recorded write-only open: read-write, so that at
+/// release the capture worker reads the after-image through it (see `released_content`)
+/// instead of reopening the file through its `/proc/self/fd` link, a path walk per file.
+/// The kernel still enforces the caller's access mode on its own file, and a passthrough
+/// open gets a backing file of its own, opened with the caller's flags.
+/// O_NOATIME too: the caller cannot read through its write-only file, and agx's own reads
+/// must not move atime (without the permission for it, the caller's flags are used).
+fn readable_flags(oflags: OFlags) -> Option<OFlags> {
+    let wronly = oflags.contains(OFlags::WRONLY) && !oflags.contains(OFlags::RDWR);
+    wronly.then(|| (oflags & !OFlags::WRONLY) | OFlags::RDWR | OFlags::NOATIME)
+}
+
 fn timespec(t: TimeOrNow) -> Timespec {
     match t {
         TimeOrNow::Now => Timespec {
@@ -387,7 +399,13 @@ impl AgxFs {
         } else {
             None
         };
-        let file = match self.reopen(fd.as_fd(), oflags) {
+        // A regular file is opened read-write where agx may (see `readable_flags`; a FIFO
+        // opened read-write would not wait for a reader); otherwise the caller's flags give
+        // the open its own result.
+        let upgraded = readable_flags(oflags)
+            .filter(|_| ticket.is_some() && node.kind == fuser::FileType::RegularFile)
+            .and_then(|rw| self.reopen(fd.as_fd(), rw).ok());
+        let file = match upgraded.map_or_else(|| self.reopen(fd.as_fd(), oflags), Ok) {
             Ok(f) => f,
             Err(e) => {
                 self.finish(ticket, &Err::<(), _>(e), || After::Absent);
@@ -462,8 +480,19 @@ impl AgxFs {
             record_create()?
         };
         // Exclusive first, so an existing file is known (and recorded) before O_TRUNC.
+        // A new file is opened read-write when recorded (see `readable_flags`): creating
+        // it checks no permission on the new file.
+        let create_flags = match readable_flags(oflags) {
+            Some(rw) if created.is_some() => rw,
+            _ => oflags,
+        };
         let (file, ticket) = match super::descriptors::retry(|| {
-            rustix::fs::openat(&*pfd, name, oflags | OFlags::CREATE | OFlags::EXCL, perm)
+            rustix::fs::openat(
+                &*pfd,
+                name,
+                create_flags | OFlags::CREATE | OFlags::EXCL,
+                perm,
+            )
         }) {
             Ok(f) => {
                 if let Err(e) = self.give_to_caller(&p, name, caller, mode) {
@@ -599,7 +628,7 @@ impl AgxFs {
                 }
                 let ticket = f.ticket.lock().unwrap_or_else(|e| e.into_inner()).take();
                 if let Some(t) = ticket {
-                    self.rec.commit(t, self.after_content(&f.node));
+                    self.rec.commit(t, self.released_content(f));
                     if let Some((_, name)) = Some(f.node.place()) {
                         self.note_ignore_file(&name);
                     }
@@ -626,6 +655,24 @@ impl AgxFs {
                 }
             }
         }
+    }
+
+    /// The new content of a file whose recorded handle is being released. Read through the
+    /// handle's own descriptor when it can read (no reopen by path); it is the last use of
+    /// that descriptor, so it may stop moving atime (agx's reads must not). Otherwise as
+    /// `after_content`.
+    fn released_content(&self, f: &FileHandle) -> After {
+        let readable = rustix::fs::fcntl_getfl(&f.file).is_ok_and(|fl| {
+            fl.contains(OFlags::RDWR)
+                && (fl.contains(OFlags::NOATIME)
+                    || rustix::fs::fcntl_setfl(&f.file, fl | OFlags::NOATIME).is_ok())
+        });
+        if readable {
+            if let Ok(dup) = self.retry(|| rustix::io::dup(&f.file)) {
+                return After::Content(dup);
+            }
+        }
+        self.after_content(&f.node)
     }
 
     fn file_handle(&self, fh: HandleId) -> Result<Arc<Handle>, Errno> {

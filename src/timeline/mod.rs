@@ -199,42 +199,54 @@ impl Timeline {
     }
 
     /// Inserts events (replacing any with the same sequence number) in one transaction.
+    /// The capture worker calls this for every batch: the statements, BEGIN and COMMIT
+    /// included, are prepared once per connection.
     pub fn insert<'a>(
         &mut self,
         events: impl IntoIterator<Item = &'a Event>,
     ) -> Result<(), TimelineError> {
-        let tx = self.conn.transaction()?;
-        {
-            let mut st = tx.prepare_cached(
-                "INSERT OR REPLACE INTO events
-                 (seq, time_ns, op, path, to_path, before_hash, after_hash, target_hash,
-                  size_before, size_after, pid, process, session, body)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-            )?;
-            for e in events {
-                let body = serde_json::to_string(e).expect("events serialize");
-                st.execute(params![
-                    e.seq.0,
-                    e.time_ns,
-                    e.op.as_str(),
-                    e.path,
-                    e.to_path,
-                    e.before.hash.map(|h| h.to_hex()),
-                    e.after.hash.map(|h| h.to_hex()),
-                    e.target_before
-                        .as_ref()
-                        .and_then(|t| t.hash)
-                        .map(|h| h.to_hex()),
-                    e.before.size().map(|s| s as i64),
-                    e.after.size().map(|s| s as i64),
-                    e.actor.pid,
-                    e.actor.process,
-                    e.session,
-                    body,
-                ])?;
-            }
+        self.conn.prepare_cached("BEGIN")?.execute([])?;
+        let done = self
+            .insert_rows(events)
+            .and_then(|()| Ok(self.conn.prepare_cached("COMMIT")?.execute([]).map(drop)?));
+        if done.is_err() && !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
         }
-        tx.commit()?;
+        done
+    }
+
+    fn insert_rows<'a>(
+        &self,
+        events: impl IntoIterator<Item = &'a Event>,
+    ) -> Result<(), TimelineError> {
+        let mut st = self.conn.prepare_cached(
+            "INSERT OR REPLACE INTO events
+             (seq, time_ns, op, path, to_path, before_hash, after_hash, target_hash,
+              size_before, size_after, pid, process, session, body)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+        )?;
+        for e in events {
+            let body = serde_json::to_string(e).expect("events serialize");
+            st.execute(params![
+                e.seq.0,
+                e.time_ns,
+                e.op.as_str(),
+                e.path,
+                e.to_path,
+                e.before.hash.map(|h| h.to_hex()),
+                e.after.hash.map(|h| h.to_hex()),
+                e.target_before
+                    .as_ref()
+                    .and_then(|t| t.hash)
+                    .map(|h| h.to_hex()),
+                e.before.size().map(|s| s as i64),
+                e.after.size().map(|s| s as i64),
+                e.actor.pid,
+                e.actor.process,
+                e.session,
+                body,
+            ])?;
+        }
         Ok(())
     }
 
@@ -378,12 +390,11 @@ impl Timeline {
     pub fn last_hash_of(&self, path: &[u8]) -> Result<Option<ContentHash>, TimelineError> {
         let h: Option<String> = self
             .conn
-            .query_row(
+            .prepare_cached(
                 "SELECT after_hash FROM events WHERE path = ?1 AND after_hash IS NOT NULL
                  ORDER BY seq DESC LIMIT 1",
-                params![path],
-                |r| r.get(0),
-            )
+            )?
+            .query_row(params![path], |r| r.get(0))
             .optional()?;
         Ok(h.and_then(|h| ContentHash::from_hex(&h)))
     }
