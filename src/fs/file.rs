@@ -399,9 +399,10 @@ impl AgxFs {
         } else {
             None
         };
-        // A regular file is opened read-write where agx may (see `readable_flags`; a FIFO
-        // opened read-write would not wait for a reader); otherwise the caller's flags give
-        // the open its own result.
+        // A regular file is opened read-write where agx may (see `readable_flags`; the
+        // kernel opens FIFOs and devices itself, and read-write would change their
+        // semantics were one ever to reach here); otherwise the caller's flags give the
+        // open its own result.
         let upgraded = readable_flags(oflags)
             .filter(|_| ticket.is_some() && node.kind == fuser::FileType::RegularFile)
             .and_then(|rw| self.reopen(fd.as_fd(), rw).ok());
