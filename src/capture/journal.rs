@@ -23,6 +23,10 @@ pub enum Record {
         staged: Option<String>,
         /// Staging file holding the before-image of `event.to_path` (rename over a file).
         target_staged: Option<String>,
+        /// The before-image of `event.path` itself, when small enough to be kept here
+        /// instead of in a staging file (hex in the record).
+        #[serde(default, skip_serializing_if = "Option::is_none", with = "hex_bytes")]
+        inline: Option<Vec<u8>>,
     },
     Commit {
         seq: i64,
@@ -109,4 +113,105 @@ pub fn read_all(agx: impl AsFd) -> std::io::Result<Vec<Record>> {
         }
     }
     Ok(out)
+}
+
+/// Bytes as a lowercase hex string (JSON has no byte strings).
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            None => s.serialize_none(),
+            Some(b) => {
+                let mut out = Vec::with_capacity(b.len() * 2);
+                for x in b {
+                    out.push(DIGITS[(x >> 4) as usize]);
+                    out.push(DIGITS[(x & 15) as usize]);
+                }
+                // Only ASCII hex digits were pushed.
+                s.serialize_str(std::str::from_utf8(&out).map_err(serde::ser::Error::custom)?)
+            }
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        let Some(text) = Option::<String>::deserialize(d)? else {
+            return Ok(None);
+        };
+        let digit = |c: u8| match c {
+            b'0'..=b'9' => Ok(c - b'0'),
+            b'a'..=b'f' => Ok(c - b'a' + 10),
+            _ => Err(serde::de::Error::custom("inline content: not hex")),
+        };
+        let t = text.as_bytes();
+        if t.len() % 2 != 0 {
+            return Err(serde::de::Error::custom("inline content: odd length"));
+        }
+        t.chunks(2)
+            .map(|p| Ok(digit(p[0])? << 4 | digit(p[1])?))
+            .collect::<Result<Vec<u8>, D::Error>>()
+            .map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::Seq;
+    use crate::timeline::{Actor, Op};
+
+    fn begin(seq: i64, inline: Option<Vec<u8>>) -> Record {
+        Record::Begin {
+            event: Box::new(Event {
+                seq: Seq(seq),
+                time_ns: 1,
+                op: Op::Write,
+                path: b"f".to_vec(),
+                to_path: None,
+                before: ObjState::absent(),
+                after: ObjState::absent(),
+                target_before: None,
+                captured: true,
+                actor: Actor::default(),
+                session: None,
+                tool_call: None,
+                note: None,
+            }),
+            staged: None,
+            target_staged: None,
+            inline,
+        }
+    }
+
+    #[test]
+    fn inline_before_images_survive_the_journal_and_a_torn_tail_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let agx =
+            rustix::fs::open(dir.path(), OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let all_bytes: Vec<u8> = (0..=255u8).collect();
+        let mut j = Journal::open(&agx, false).unwrap();
+        j.append(&begin(1, Some(all_bytes.clone()))).unwrap();
+        j.append(&begin(2, Some(Vec::new()))).unwrap();
+        j.append(&begin(3, None)).unwrap();
+        // A record cut short by a crash.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(NAME))
+            .unwrap();
+        f.write_all(br#"{"t":"begin","event":{"seq":4,"#).unwrap();
+        let got: Vec<(i64, Option<Vec<u8>>)> = read_all(&agx)
+            .unwrap()
+            .into_iter()
+            .map(|r| match r {
+                Record::Begin { event, inline, .. } => (event.seq.0, inline),
+                other => panic!("unexpected record {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![(1, Some(all_bytes)), (2, Some(Vec::new())), (3, None)]
+        );
+    }
 }

@@ -62,7 +62,25 @@ pub struct Ticket {
     event: Box<Event>,
     staged: Option<String>,
     target_staged: Option<String>,
+    /// The before-image of `event.path` itself, when small (see [`INLINE_MAX`]): kept in
+    /// the journal's begin record instead of a staging file.
+    inline: Option<Vec<u8>>,
     stamps: Box<Stamps>,
+}
+
+/// Before-images copied on the request path up to this size are kept in memory and in the
+/// journal's begin record (hex) instead of in a staging file: no file is created, written
+/// and later removed per change, which on a busy ext4 costs an inode allocation on the
+/// request path. Larger ones are staged. Default 32 KiB (most source files); an open
+/// handle carries its before-image until release, so this bounds the memory per open
+/// recorded file.
+pub const INLINE_MAX: u64 = 32 * 1024;
+
+/// Where a taken before-image's content waits for the worker.
+enum Held {
+    Nothing,
+    Staged(String),
+    Inline(Vec<u8>),
 }
 
 /// What tells whether a content change changed anything, and which content it left.
@@ -100,12 +118,14 @@ impl Ticket {
         event: Event,
         staged: Option<String>,
         target_staged: Option<String>,
+        inline: Option<Vec<u8>>,
         committed: Option<Stamp>,
     ) -> Ticket {
         Ticket {
             event: Box::new(event),
             staged,
             target_staged,
+            inline,
             stamps: Box::new(Stamps {
                 committed,
                 ..Stamps::default()
@@ -372,10 +392,16 @@ impl Recorder {
             Before::Content(fd) => rustix::fs::fstat(fd).ok().map(|st| stamp_of(&st)),
             _ => None,
         };
-        let (before, staged, captured) = self.take(before, &seq.0.to_string())?;
+        let (before, held, captured) = self.take(before, &seq.0.to_string(), true)?;
+        let (staged, inline) = match held {
+            Held::Nothing => (None, None),
+            Held::Staged(s) => (Some(s), None),
+            Held::Inline(b) => (None, Some(b)),
+        };
         let (target_before, target_staged) = match target {
-            Some(t) => match self.take(t, &format!("{}.t", seq.0)) {
-                Ok((s, st, _)) => (Some(s), st),
+            Some(t) => match self.take(t, &format!("{}.t", seq.0), false) {
+                Ok((s, Held::Staged(st), _)) => (Some(s), Some(st)),
+                Ok((s, _, _)) => (Some(s), None),
                 Err(e) => {
                     if let Some(s) = &staged {
                         self.shared.staging.remove(s);
@@ -400,12 +426,13 @@ impl Recorder {
             actor,
             note,
         };
-        let mut ticket = Ticket::from_parts(event, staged, target_staged, None);
+        let mut ticket = Ticket::from_parts(event, staged, target_staged, inline, None);
         ticket.stamps.begun = begun;
         let rec = Record::Begin {
             event: ticket.event.clone(),
             staged: ticket.staged.clone(),
             target_staged: ticket.target_staged.clone(),
+            inline: ticket.inline.clone(),
         };
         if let Err(e) = self.journal_append(&rec) {
             self.remove_staged(&ticket);
@@ -431,16 +458,21 @@ impl Recorder {
         }
     }
 
-    /// Takes a before-state; returns it, the staging name holding its content (if any),
-    /// and whether the content was kept.
-    fn take(&self, b: Before<'_>, name: &str) -> Result<(ObjState, Option<String>, bool), Errno> {
+    /// Takes a before-state; returns it, where its content waits for the worker (in
+    /// memory only when `inline` allows), and whether the content was kept.
+    fn take(
+        &self,
+        b: Before<'_>,
+        name: &str,
+        inline: bool,
+    ) -> Result<(ObjState, Held, bool), Errno> {
         match b {
-            Before::Absent => Ok((ObjState::absent(), None, true)),
+            Before::Absent => Ok((ObjState::absent(), Held::Nothing, true)),
             Before::Meta(fd) => {
                 let st = rustix::fs::fstat(fd).map_err(crate::fs::errno)?;
-                Ok((self.meta_state(fd, &st), None, true))
+                Ok((self.meta_state(fd, &st), Held::Nothing, true))
             }
-            Before::Content(fd) => self.take_content(fd, None, name),
+            Before::Content(fd) => self.take_content(fd, None, name, inline),
             Before::Leaving {
                 fd,
                 dir,
@@ -449,14 +481,14 @@ impl Recorder {
             } => {
                 let st = rustix::fs::fstat(fd).map_err(crate::fs::errno)?;
                 if kind_of(&st) != Kind::File {
-                    return Ok((self.meta_state(fd, &st), None, true));
+                    return Ok((self.meta_state(fd, &st), Held::Nothing, true));
                 }
                 let link = if may_change || st.st_nlink > 1 {
                     None
                 } else {
                     Some((dir, entry))
                 };
-                self.take_content(fd, link, name)
+                self.take_content(fd, link, name, inline)
             }
         }
     }
@@ -489,26 +521,40 @@ impl Recorder {
         fd: BorrowedFd<'_>,
         link: Option<(BorrowedFd<'_>, &OsStr)>,
         name: &str,
-    ) -> Result<(ObjState, Option<String>, bool), Errno> {
+        inline: bool,
+    ) -> Result<(ObjState, Held, bool), Errno> {
         let st = rustix::fs::fstat(fd).map_err(crate::fs::errno)?;
         let mut state = self.meta_state(fd, &st);
         if state.kind != Kind::File {
-            return Ok((state, None, true));
+            return Ok((state, Held::Nothing, true));
         }
         if let Some(h) = state.hash {
             if self.shared.store.contains(&h) {
-                return Ok((state, None, true));
+                return Ok((state, Held::Nothing, true));
             }
         }
         let file = self.shared.reopen_read(fd).map_err(|e| enospc_or_eio(&e))?;
         if st.st_size as u64 > self.cfg.max_size {
             let (h, _) = hash_file(&file).map_err(|e| enospc_or_eio(&e))?;
             state.hash = Some(h);
-            return Ok((state, None, false));
+            return Ok((state, Held::Nothing, false));
         }
         if let Some((dir, entry)) = link {
             if self.shared.staging.link(dir, entry, name).is_ok() {
-                return Ok((state, Some(name.to_string()), true));
+                return Ok((state, Held::Staged(name.to_string()), true));
+            }
+        }
+        if inline && st.st_size as u64 <= INLINE_MAX {
+            let mut bytes = Vec::with_capacity(st.st_size as usize);
+            std::io::Read::read_to_end(
+                &mut super::staging::PositionalReader::new(&file),
+                &mut bytes,
+            )
+            .map_err(|e| enospc_or_eio(&e))?;
+            // Grown past the bound while read: staged like any large file.
+            if bytes.len() as u64 <= INLINE_MAX {
+                state.hash = Some(ContentHash::of(&bytes));
+                return Ok((state, Held::Inline(bytes), true));
             }
         }
         let staged = self
@@ -517,7 +563,7 @@ impl Recorder {
             .copy(&file, name)
             .map_err(|e| enospc_or_eio(&e))?;
         state.hash = staged.hash;
-        Ok((state, Some(name.to_string()), true))
+        Ok((state, Held::Staged(name.to_string()), true))
     }
 
     /// Finishes an event with the state after the mutation.
@@ -748,6 +794,9 @@ fn settle_staged(
 pub(super) struct Finished {
     pub event: Event,
     pub stored: Vec<String>,
+    /// A before-image held in the journal record could not be stored (a full disk): the
+    /// journal must keep its record for the next start.
+    pub unsettled: bool,
 }
 
 impl Finished {
@@ -768,6 +817,17 @@ pub(super) fn finish(
 ) -> Finished {
     let mut e = *t.event;
     let mut stored = Vec::new();
+    let mut unsettled = false;
+    if let Some(bytes) = &t.inline {
+        // The hash was taken with the copy; the event names it either way.
+        if let Err(err) = shared.store.put(bytes, base.as_ref()) {
+            log::error!(
+                "event {}: keeping the before-image in the journal: {err}",
+                e.seq
+            );
+            unsettled = true;
+        }
+    }
     if let Some(name) = &t.staged {
         let (h, kept) = settle_staged(shared, e.seq, name, base.as_ref());
         if h.is_some() {
@@ -825,7 +885,11 @@ pub(super) fn finish(
             }
         }
     };
-    Finished { event: e, stored }
+    Finished {
+        event: e,
+        stored,
+        unsettled,
+    }
 }
 
 /// How long the worker gathers finished events before it writes them to the timeline in
@@ -889,7 +953,9 @@ fn next_job(
 /// for content it stores): only when it stores a before-image, or an after-image of a
 /// change to an existing file.
 fn needs_base(t: &Ticket, after: &After) -> bool {
-    t.staged.is_some() || (matches!(after, After::Content(_)) && t.event.op != Op::Create)
+    t.staged.is_some()
+        || t.inline.is_some()
+        || (matches!(after, After::Content(_)) && t.event.op != Op::Create)
 }
 
 fn worker_loop(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
@@ -932,6 +998,7 @@ fn worker_loop(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
                 };
                 let held_fd = matches!(after, After::Content(_));
                 let done = finish(&shared, *t, after, base);
+                keep_journal |= done.unsettled;
                 if held_fd {
                     shared.slots.release();
                 }

@@ -156,9 +156,10 @@ pub(super) fn recover(
                 event,
                 staged,
                 target_staged,
+                inline,
             } => {
                 max = max.max(event.seq.0);
-                begins.insert(event.seq.0, (*event, staged, target_staged));
+                begins.insert(event.seq.0, (*event, staged, target_staged, inline));
             }
             Record::Commit { seq, after, stamp } => {
                 commits.insert(seq, (after, stamp));
@@ -169,7 +170,7 @@ pub(super) fn recover(
         }
     }
     let mut pending = Vec::new();
-    for (seq, (event, staged, target_staged)) in begins {
+    for (seq, (event, staged, target_staged, inline)) in begins {
         if cancels.contains(&seq) {
             for s in [&staged, &target_staged].into_iter().flatten() {
                 shared.staging.remove(s);
@@ -177,23 +178,27 @@ pub(super) fn recover(
             continue;
         }
         // An event already in the timeline is done; a staged file it left (the store was
-        // full) is stored below with the other leftovers.
+        // full) is stored below with the other leftovers, and a before-image it held in
+        // its record is stored now.
         if timeline.get(Seq(seq))?.is_some() {
+            if let Some(bytes) = &inline {
+                shared.store.put(bytes, None)?;
+            }
             continue;
         }
-        pending.push((event, staged, target_staged));
+        pending.push((event, staged, target_staged, inline));
     }
     let mut recovered = Vec::new();
     let mut dropped = Vec::new();
     let mut referenced = HashSet::new();
-    for (i, (event, staged, target_staged)) in pending.iter().enumerate() {
+    for (i, (event, staged, target_staged, inline)) in pending.iter().enumerate() {
         let seq = event.seq.0;
         referenced.extend(staged.clone());
         referenced.extend(target_staged.clone());
         let committed = commits.get(&seq);
         // Whether the live tree can still show this event's after-state: not when a later
         // event changed the same path.
-        let superseded = pending[i + 1..].iter().any(|(l, _, _)| overlap(event, l));
+        let superseded = pending[i + 1..].iter().any(|(l, ..)| overlap(event, l));
         let (after, stamp) = match committed {
             Some((Some(s), _)) => (After::State(s.clone()), None),
             Some((None, stamp)) => (live_after(shared, event).0, *stamp),
@@ -205,7 +210,13 @@ pub(super) fn recover(
         let base = timeline.last_hash_of(&event.path)?;
         let done = finish(
             shared,
-            Ticket::from_parts(event.clone(), staged.clone(), target_staged.clone(), stamp),
+            Ticket::from_parts(
+                event.clone(),
+                staged.clone(),
+                target_staged.clone(),
+                inline.clone(),
+                stamp,
+            ),
             after,
             base,
         );
