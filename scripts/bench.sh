@@ -31,6 +31,7 @@ CACHE=${AGX_BENCH_CACHE:-/var/tmp/agx-bench}
 WORK=${AGX_BENCH_WORK:-/var/tmp/agx-bench-work}
 DROP_CACHES=0
 FUSE_STATS=0
+BASE=bare
 REBUILD_FIXTURES=0
 FORCE_BUILD=0
 
@@ -55,6 +56,10 @@ Options:
   --drop-caches         also drop the kernel caches (sync; echo 3 > drop_caches) right
                         before every timed step, in both variants (default: only before
                         the 1 GiB read)
+  --base plain          measure the baseline variant ("bare" in the table and JSON) on a
+                        plain agx mount (AGX_CAPTURE=0) instead of the bare directory,
+                        so the ratio is what capture adds, alternating in one run
+                        (default: bare). Used by scripts/bench-capture.sh.
   --fuse-stats          count the FUSE requests of every timed step of the agx runs
                         (kernel tracepoint fuse:fuse_request_send, filtered to the
                         mount, via a private tracefs instance); printed after the table
@@ -166,6 +171,8 @@ while [[ $# -gt 0 ]]; do
     --work=*) WORK=${1#*=}; shift ;;
     --drop-caches) DROP_CACHES=1; shift ;;
     --fuse-stats) FUSE_STATS=1; shift ;;
+    --base) BASE=${2:?--base needs bare or plain}; shift 2 ;;
+    --base=*) BASE=${1#*=}; shift ;;
     --rebuild-fixtures) REBUILD_FIXTURES=1; shift ;;
     --build) FORCE_BUILD=1; shift ;;
     --list) printf '%s\n' "${ALL_WORKLOADS[@]}"; exit 0 ;;
@@ -176,6 +183,10 @@ done
 
 if ! [[ $ROUNDS =~ ^[1-9][0-9]*$ ]]; then
     echo "bench.sh: --rounds must be a positive integer, not '$ROUNDS'" >&2
+    exit 2
+fi
+if [[ $BASE != bare && $BASE != plain ]]; then
+    echo "bench.sh: --base must be bare or plain, not '$BASE'" >&2
     exit 2
 fi
 if ! [[ $WARMUP =~ ^[0-9]+$ ]]; then
@@ -676,8 +687,13 @@ run_one() {
     sync
     if [[ $VARIANT == agx ]]; then
         agx_mount "$dir"
+    elif [[ $BASE == plain ]]; then
+        AGX_CAPTURE=0 agx_mount "$dir"
     fi
     "measure_$1" "$dir"
+    if [[ $VARIANT == bare && $BASE == plain ]]; then
+        agx_unmount "$dir"
+    fi
     if [[ $VARIANT == agx ]]; then
         # Not part of any ratio, but recorded: work the daemon deferred (e.g. closing the
         # descriptors of deleted files) shows up here.
@@ -814,7 +830,7 @@ write_meta() {
     fi
     SHA_START=$AGX_SHA_START SHA_END=$sha_end ROUNDS=$ROUNDS WARMUP=$WARMUP WORKLOADS="${WORKLOADS[*]}" AGX="$AGX" COMMIT=$REPO_HEAD DIRTY=$REPO_DIRTY AGX_MTIME=$AGX_MTIME \
         MODE=$(cat "$WORK/.agx-mode" 2>/dev/null || true) CAN_DROP=$CAN_DROP \
-        DROP_ALL=$DROP_CACHES NOJOURNAL=$EXT4_NOJOURNAL OTHER_FUSE_RUNS=$OTHER_FUSE_RUNS LOAD_START="$LOAD_START" LOAD_END="$LOAD_END" CACHE="$CACHE" WORK="$WORK" \
+        DROP_ALL=$DROP_CACHES BASE=$BASE NOJOURNAL=$EXT4_NOJOURNAL OTHER_FUSE_RUNS=$OTHER_FUSE_RUNS LOAD_START="$LOAD_START" LOAD_END="$LOAD_END" CACHE="$CACHE" WORK="$WORK" \
         AGX_VERSION=$("$AGX" --version 2>/dev/null || true) python3 - "$1" <<'EOF'
 import json, os, platform, sys
 e = os.environ
@@ -830,7 +846,8 @@ meta = {
     "repo_head_at_start": e["COMMIT"],
     "repo_src_dirty_at_start": e["DIRTY"] == "true",
     "agx_mode": e["MODE"] or None,
-    "daemon_env": {k: e.get(k) for k in ("AGX_PASSTHROUGH", "AGX_THREADS")},
+    "daemon_env": {k: e.get(k) for k in ("AGX_PASSTHROUGH", "AGX_THREADS", "AGX_CAPTURE")},
+    "base": "plain agx mount (AGX_CAPTURE=0)" if e["BASE"] == "plain" else "bare directory",
     "kernel": platform.release(),
     "cpus": os.cpu_count(),
     "loadavg_start": e["LOAD_START"],

@@ -220,6 +220,13 @@ pub(super) fn recover(
             after,
             base,
         );
+        // A before-image held only by the journal record must be in the store before the
+        // journal is emptied below.
+        if done.unsettled {
+            if let Some(bytes) = inline {
+                shared.store.put(bytes, None)?;
+            }
+        }
         // A committed event ran (drop it only when it provably changed nothing); one
         // without an end record may not have.
         let keep = match committed {
