@@ -582,11 +582,21 @@ impl Recorder {
             }
         };
         self.leave(t.stamps.slot.take());
-        if let Err(e) = self.journal_append(&Record::Commit {
-            seq: t.event.seq.0,
-            after: known_after,
-            stamp: t.stamps.committed,
-        }) {
+        // A creation whose content the worker reads needs no end record: recovery takes a
+        // creation without one as still open and reads its content from the live file
+        // (unless a later journaled change of the path supersedes it), which is what the
+        // record's stamp would have let it do. One journal append less per created file.
+        let needs_record = !(t.event.op == Op::Create && known_after.is_none());
+        let ended = if needs_record {
+            self.journal_append(&Record::Commit {
+                seq: t.event.seq.0,
+                after: known_after,
+                stamp: t.stamps.committed,
+            })
+        } else {
+            Ok(())
+        };
+        if let Err(e) = ended {
             log::warn!(
                 "journal: cannot record the end of event {}: {e}",
                 t.event.seq
