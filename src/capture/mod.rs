@@ -10,6 +10,7 @@ mod recovery;
 mod slots;
 mod staging;
 pub mod state;
+mod worker;
 
 use thiserror::Error;
 

@@ -59,13 +59,13 @@ pub enum After {
 
 /// A begun event. (Kept small: open file handles carry one.)
 pub struct Ticket {
-    event: Box<Event>,
-    staged: Option<String>,
-    target_staged: Option<String>,
+    pub(super) event: Box<Event>,
+    pub(super) staged: Option<String>,
+    pub(super) target_staged: Option<String>,
     /// The before-image of `event.path` itself, when small (see [`INLINE_MAX`]): kept in
     /// the journal's begin record instead of a staging file.
-    inline: Option<Vec<u8>>,
-    stamps: Box<Stamps>,
+    pub(super) inline: Option<Vec<u8>>,
+    pub(super) stamps: Box<Stamps>,
 }
 
 /// Before-images copied on the request path up to this size are kept in memory and in the
@@ -85,19 +85,19 @@ enum Held {
 
 /// What tells whether a content change changed anything, and which content it left.
 #[derive(Default)]
-struct Stamps {
+pub(super) struct Stamps {
     /// For a content change: the file's stamp just before its before-image was taken.
-    begun: Option<Stamp>,
+    pub(super) begun: Option<Stamp>,
     /// The file's stamp when the event was committed with `After::Content`: the content
     /// the worker reads later is this event's after-image only if the stamp still holds.
     /// None when another content change of the file began before this one ended (its
     /// changes may then be in that stamp too).
-    committed: Option<Stamp>,
+    pub(super) committed: Option<Stamp>,
     /// The file's stamp when the event was committed, also when another change overlapped:
     /// equal to `begun`, nobody changed the file during the event.
-    ended: Option<Stamp>,
+    pub(super) ended: Option<Stamp>,
     /// For a content change: its place among the open content events of the file.
-    slot: Option<Slot>,
+    pub(super) slot: Option<Slot>,
 }
 
 /// A content event's registration in [`Shared::open`]: the file and the generation it
@@ -149,14 +149,14 @@ impl Ticket {
 /// The last after-image recorded for an inode: a later before-image with the same size,
 /// times and inode is that content, already stored.
 #[derive(Clone, Copy, PartialEq, Eq)]
-struct Known {
+pub(super) struct Known {
     size: i64,
     mtime: (i64, i64),
     ctime: (i64, i64),
     hash: ContentHash,
 }
 
-fn known_of(st: &rustix::fs::Stat, hash: ContentHash) -> Known {
+pub(super) fn known_of(st: &rustix::fs::Stat, hash: ContentHash) -> Known {
     Known {
         size: st.st_size,
         mtime: (st.st_mtime, st.st_mtime_nsec as i64),
@@ -165,7 +165,7 @@ fn known_of(st: &rustix::fs::Stat, hash: ContentHash) -> Known {
     }
 }
 
-enum Job {
+pub(super) enum Job {
     Commit(Box<Ticket>, After),
     Flush(Sender<()>),
     /// Acknowledge once every earlier job is in the timeline, then wait until the second
@@ -185,20 +185,20 @@ pub(super) struct Shared {
     pub staging: Staging,
     pub journal: Mutex<Journal>,
     /// Begun events not yet in the timeline (or dropped).
-    inflight: AtomicI64,
-    known: Mutex<HashMap<InodeKey, Known>>,
+    pub(super) inflight: AtomicI64,
+    pub(super) known: Mutex<HashMap<InodeKey, Known>>,
     /// Files with content events in progress (see [`OpenEvents`]).
     open: Mutex<HashMap<InodeKey, OpenEvents>>,
     proc_fd: OwnedFd,
     pub root: OwnedFd,
     /// Files larger than this are hashed, never stored.
-    max_size: u64,
+    pub(super) max_size: u64,
     /// Queued jobs that hold a descriptor.
-    slots: super::slots::Slots,
+    pub(super) slots: super::slots::Slots,
 }
 
 impl Shared {
-    fn reopen_read(&self, fd: impl AsFd) -> std::io::Result<OwnedFd> {
+    pub(super) fn reopen_read(&self, fd: impl AsFd) -> std::io::Result<OwnedFd> {
         use std::os::fd::AsRawFd;
         let name = fd.as_fd().as_raw_fd().to_string();
         Ok(crate::fs::without_atime(|quiet| {
@@ -280,7 +280,7 @@ impl Recorder {
         let w_shared = shared.clone();
         let worker = std::thread::Builder::new()
             .name("agx-capture".into())
-            .spawn(move || worker_loop(w_shared, timeline, rx))
+            .spawn(move || super::worker::run(w_shared, timeline, rx))
             .map_err(super::CaptureError::io("starting the capture worker"))?;
         shared.slots.set_worker(worker.thread().clone());
         Ok(Recorder {
@@ -672,405 +672,4 @@ fn read_rel(root: &OwnedFd, p: &Path) -> Option<String> {
     let mut s = String::new();
     std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut s).ok()?;
     Some(s)
-}
-
-/// Moves a staged before-image into the store; returns its hash.
-pub(super) fn ingest_staged(
-    shared: &Shared,
-    name: &str,
-    base: Option<&ContentHash>,
-) -> Result<ContentHash, super::CaptureError> {
-    let f = shared
-        .staging
-        .open_read(name)
-        .map_err(super::CaptureError::io("staging"))?;
-    let put = shared.store.put_reader(f, base)?;
-    Ok(put.hash)
-}
-
-/// Reads, hashes and (with `keep`) stores the current content of a file; remembers it as
-/// the inode's last after-image when the file did not change while it was read.
-///
-/// The content is read some time after the change (by the worker, or at recovery): a later
-/// change may already have replaced it. Its hash is reported only when the file's content
-/// stamp still is `expect`'s (taken when the event was committed) and did not change
-/// while it was read; otherwise the after-image is unknown (`hash: None`), never another
-/// change's content.
-pub(super) fn ingest_live(
-    shared: &Shared,
-    fd: &OwnedFd,
-    base: Option<&ContentHash>,
-    keep: bool,
-    expect: Option<Stamp>,
-) -> Result<ObjState, super::CaptureError> {
-    let st = rustix::fs::fstat(fd).map_err(|e| super::CaptureError::io("stat")(e.into()))?;
-    let kind = kind_of(&st);
-    if kind != Kind::File {
-        return Ok(ObjState {
-            kind,
-            hash: None,
-            meta: Some(meta_of(fd, &st)),
-        });
-    }
-    // A released handle's own descriptor is read as it is (it reads without moving
-    // atime); an `O_PATH` one is reopened.
-    let reopened;
-    let file = if readable(fd) {
-        fd.as_fd()
-    } else {
-        reopened = shared
-            .reopen_read(fd)
-            .map_err(super::CaptureError::io("reading an after-image"))?;
-        reopened.as_fd()
-    };
-    // Through the open file: its xattrs are read without a path lookup.
-    let meta = meta_of(file, &st);
-    let stored = keep && st.st_size as u64 <= shared.max_size;
-    let hash = if stored {
-        shared
-            .store
-            .put_reader(super::staging::PositionalReader::new(file), base)?
-            .hash
-    } else {
-        hash_file(file)
-            .map_err(super::CaptureError::io("hashing an after-image"))?
-            .0
-    };
-    let steady = rustix::fs::fstat(fd).is_ok_and(|st2| stamp_of(&st2).same_content(&stamp_of(&st)));
-    if steady && stored {
-        shared
-            .known
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key_of(&st), known_of(&st, hash));
-    }
-    let exact = steady && expect.is_some_and(|x| x.same_content(&stamp_of(&st)));
-    Ok(ObjState {
-        kind,
-        hash: exact.then_some(hash),
-        meta: Some(meta),
-    })
-}
-
-/// Whether `fd` is open for reading (not `O_PATH`, not write-only).
-fn readable(fd: impl AsFd) -> bool {
-    rustix::fs::fcntl_getfl(fd).is_ok_and(|fl| {
-        !fl.contains(OFlags::PATH) && (fl.contains(OFlags::RDWR) || !fl.contains(OFlags::WRONLY))
-    })
-}
-
-/// Whether an event changed nothing (an open for writing that wrote nothing new). Only
-/// an exactly known after-image counts (see [`ingest_live`]).
-pub(super) fn is_noop(e: &Event) -> bool {
-    matches!(e.op, Op::Write)
-        && e.before.kind == e.after.kind
-        && e.before.hash.is_some()
-        && e.before.hash == e.after.hash
-        && e.before.meta.as_ref().map(|m| m.mode) == e.after.meta.as_ref().map(|m| m.mode)
-}
-
-/// Copies the staged before-image `name` of event `seq` into the store and returns its
-/// hash, and whether the store has it. The staged file is not removed here: it stays
-/// until the event is in the timeline (or known to change nothing), so a crash in between
-/// still finds it. When the store cannot take it (a full disk), its hash is still
-/// returned, so the event names its before-image either way; the next start stores it.
-fn settle_staged(
-    shared: &Shared,
-    seq: Seq,
-    name: &str,
-    base: Option<&ContentHash>,
-) -> (Option<ContentHash>, bool) {
-    match ingest_staged(shared, name, base) {
-        Ok(h) => (Some(h), true),
-        Err(err) => {
-            log::error!("event {seq}: keeping staged before-image {name}: {err}");
-            let hashed = shared
-                .staging
-                .open_read(name)
-                .and_then(|f| hash_file(&f).map(|(h, _)| h));
-            match hashed {
-                Ok(h) => (Some(h), false),
-                Err(err) => {
-                    log::error!("event {seq}: cannot read staged before-image {name}: {err}");
-                    (None, false)
-                }
-            }
-        }
-    }
-}
-
-/// A completed event, and the staged files whose content is now in the store (to remove
-/// once the event is in the timeline).
-pub(super) struct Finished {
-    pub event: Event,
-    pub stored: Vec<String>,
-    /// A before-image held in the journal record could not be stored (a full disk): the
-    /// journal must keep its record for the next start.
-    pub unsettled: bool,
-}
-
-impl Finished {
-    /// Removes the staged files this event no longer needs.
-    pub fn clean(&self, shared: &Shared) {
-        for name in &self.stored {
-            shared.staging.remove(name);
-        }
-    }
-}
-
-/// Completes an event: content into the store, the after-state resolved.
-pub(super) fn finish(
-    shared: &Shared,
-    t: Ticket,
-    after: After,
-    base: Option<ContentHash>,
-) -> Finished {
-    let mut e = *t.event;
-    let mut stored = Vec::new();
-    let mut unsettled = false;
-    if let Some(bytes) = &t.inline {
-        // The hash was taken with the copy; the event names it either way.
-        if let Err(err) = shared.store.put(bytes, base.as_ref()) {
-            log::error!(
-                "event {}: keeping the before-image in the journal: {err}",
-                e.seq
-            );
-            unsettled = true;
-        }
-    }
-    if let Some(name) = &t.staged {
-        let (h, kept) = settle_staged(shared, e.seq, name, base.as_ref());
-        if h.is_some() {
-            e.before.hash = h;
-        }
-        if kept {
-            stored.push(name.clone());
-        }
-    }
-    if let Some(name) = &t.target_staged {
-        let (h, kept) = settle_staged(shared, e.seq, name, None);
-        if let (Some(h), Some(tb)) = (h, e.target_before.as_mut()) {
-            tb.hash = Some(h);
-        }
-        if kept {
-            stored.push(name.clone());
-        }
-    }
-    e.after = match after {
-        After::Absent => ObjState::absent(),
-        After::State(mut s) => {
-            if s.kind == Kind::File && s.hash.is_none() && e.before.kind == Kind::File {
-                // Metadata-only change: the content is the before content.
-                if matches!(
-                    e.op,
-                    Op::Chmod
-                        | Op::Chown
-                        | Op::Utimens
-                        | Op::Setxattr
-                        | Op::Removexattr
-                        | Op::Rename
-                ) {
-                    s.hash = e.before.hash;
-                }
-            }
-            s
-        }
-        // The file kept its stamp from before its before-image was taken to the end of the
-        // event: nothing changed (the same test that lets a known version skip its copy).
-        After::Content(_) if t.stamps.begun.is_some() && t.stamps.begun == t.stamps.ended => {
-            e.before.clone()
-        }
-        After::Content(fd) => {
-            let b = e.before.hash;
-            // A modified file is likely to be modified again: its stored after-image is
-            // the next before-image for free. A new file is only hashed (its first
-            // change will copy it), which keeps bulk creation (untar, builds) cheap.
-            let keep = e.op != Op::Create;
-            match ingest_live(shared, &fd, b.as_ref(), keep, t.stamps.committed) {
-                Ok(s) => s,
-                Err(err) => {
-                    log::error!("event {}: cannot read the after-image: {err}", e.seq);
-                    ObjState::absent()
-                }
-            }
-        }
-    };
-    Finished {
-        event: e,
-        stored,
-        unsettled,
-    }
-}
-
-/// How long the worker gathers finished events before it writes them to the timeline in
-/// one transaction. Each job is still finished (after-images read and stored) as soon as it
-/// arrives; only the database write waits. The journal holds the events meanwhile, and a
-/// flush, pause or stop writes at once. A transaction per event cost the worker most of its
-/// time (statement setup, WAL frames, locks). Default 20 ms; a longer window saves little
-/// more and delays what a reader of the database that does not flush sees.
-const BATCH_WINDOW: std::time::Duration = std::time::Duration::from_millis(20);
-
-/// Events per transaction at most (bounds the memory a burst takes).
-const BATCH_MAX: usize = 512;
-
-/// While jobs keep coming, the worker looks for more every NAP instead of waiting to be
-/// woken: a sender then only queues its job. Waking a blocked worker for every change cost
-/// a cross-CPU wakeup per file, on the request path and in the worker, which was most of
-/// what capture added to an untar. An after-image is read at most NAP late (a change made
-/// meanwhile leaves it unknown, never wrong); flush, pause, stop and a sender short of
-/// queue slots wake the worker at once. Default 2 ms.
-const NAP: std::time::Duration = std::time::Duration::from_millis(2);
-
-/// After this long without a job, the worker blocks until a sender wakes it. Default 50 ms.
-const IDLE: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// The next job. `Ok(None)`: the open batch's window has ended with no job queued, so the
-/// batch is due. `Err`: every sender is gone.
-fn next_job(
-    rx: &Receiver<Job>,
-    opened: Option<std::time::Instant>,
-    last_job: std::time::Instant,
-) -> Result<Option<Job>, ()> {
-    use crossbeam_channel::{RecvTimeoutError, TryRecvError};
-    loop {
-        match rx.try_recv() {
-            Ok(j) => return Ok(Some(j)),
-            Err(TryRecvError::Disconnected) => return Err(()),
-            Err(TryRecvError::Empty) => {}
-        }
-        let now = std::time::Instant::now();
-        let due = opened.map(|t| t + BATCH_WINDOW);
-        if due.is_some_and(|d| now >= d) {
-            return Ok(None);
-        }
-        if now < last_job + IDLE {
-            let nap = due.map_or(NAP, |d| NAP.min(d - now));
-            std::thread::park_timeout(nap);
-            continue;
-        }
-        return match due {
-            None => rx.recv().map(Some).map_err(|_| ()),
-            Some(d) => match rx.recv_deadline(d) {
-                Ok(j) => Ok(Some(j)),
-                Err(RecvTimeoutError::Timeout) => Ok(None),
-                Err(RecvTimeoutError::Disconnected) => Err(()),
-            },
-        };
-    }
-}
-
-/// Whether finishing `t` needs the newest recorded content of its path (the patch-from base
-/// for content it stores): only when it stores a before-image, or an after-image of a
-/// change to an existing file.
-fn needs_base(t: &Ticket, after: &After) -> bool {
-    t.staged.is_some()
-        || t.inline.is_some()
-        || (matches!(after, After::Content(_)) && t.event.op != Op::Create)
-}
-
-fn worker_loop(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
-    // Events to insert, with the staged files to remove once they are in the timeline.
-    let mut batch: Vec<Finished> = Vec::new();
-    let mut settled = 0i64;
-    // When the oldest job of the open batch was finished.
-    let mut opened: Option<std::time::Instant> = None;
-    let mut last_job = std::time::Instant::now();
-    let mut stop = false;
-    // Set once events could not be written to the timeline: the journal then keeps every
-    // record until the next start recovers them.
-    let mut keep_journal = false;
-    while !stop {
-        let job = match next_job(&rx, opened, last_job) {
-            Ok(j) => j,
-            Err(()) if opened.is_none() => break,
-            Err(()) => {
-                stop = true;
-                None
-            }
-        };
-        if job.is_some() {
-            last_job = std::time::Instant::now();
-        }
-        let mut waiter = None;
-        let mut pause = None;
-        match job {
-            Some(Job::Commit(t, after)) => {
-                let base = if needs_base(&t, &after) {
-                    // The batch is newer than the timeline.
-                    batch
-                        .iter()
-                        .rev()
-                        .find(|f| f.event.path == t.event.path && f.event.after.hash.is_some())
-                        .and_then(|f| f.event.after.hash)
-                        .or_else(|| timeline.last_hash_of(&t.event.path).ok().flatten())
-                } else {
-                    None
-                };
-                let held_fd = matches!(after, After::Content(_));
-                let done = finish(&shared, *t, after, base);
-                keep_journal |= done.unsettled;
-                if held_fd {
-                    shared.slots.release();
-                }
-                settled += 1;
-                if is_noop(&done.event) {
-                    // Nothing to record; the journal says so before the staged copy goes,
-                    // so recovery never redoes it without its before-image.
-                    let seq = done.event.seq.0;
-                    let dropped = shared
-                        .journal
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .append(&Record::Cancel { seq });
-                    if dropped.is_ok() {
-                        done.clean(&shared);
-                    }
-                } else {
-                    batch.push(done);
-                }
-                let t0 = *opened.get_or_insert_with(std::time::Instant::now);
-                if batch.len() < BATCH_MAX && t0.elapsed() < BATCH_WINDOW {
-                    continue;
-                }
-            }
-            Some(Job::Flush(w)) => waiter = Some(w),
-            Some(Job::Pause(ack, resume)) => pause = Some((ack, resume)),
-            Some(Job::Stop) => stop = true,
-            None => {}
-        }
-        opened = None;
-        if !batch.is_empty() {
-            match timeline.insert(batch.iter().map(|f| &f.event)) {
-                Ok(()) => batch.iter().for_each(|f| f.clean(&shared)),
-                Err(e) => {
-                    log::error!(
-                        "timeline: cannot record {} events now ({e}); the journal keeps them for the next start",
-                        batch.len()
-                    );
-                    keep_journal = true;
-                }
-            }
-            batch.clear();
-        }
-        if settled > 0 {
-            shared.inflight.fetch_sub(settled, Ordering::SeqCst);
-            settled = 0;
-        }
-        {
-            let mut j = shared.journal.lock().unwrap_or_else(|e| e.into_inner());
-            if !keep_journal && shared.inflight.load(Ordering::SeqCst) == 0 && !j.is_empty() {
-                if let Err(e) = j.truncate() {
-                    log::warn!("journal: cannot truncate: {e}");
-                }
-            }
-        }
-        if let Some(w) = waiter {
-            let _ = w.send(());
-        }
-        if let Some((ack, resume)) = pause {
-            let _ = ack.send(());
-            // Returns when the guard is dropped (the sender closes).
-            let _ = resume.recv();
-        }
-    }
 }

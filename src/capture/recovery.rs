@@ -8,8 +8,9 @@ use std::os::fd::OwnedFd;
 use rustix::fs::{Mode, OFlags};
 
 use super::journal::{self, Record};
-use super::recorder::{finish, ingest_staged, is_noop, After, Shared, Ticket};
+use super::recorder::{After, Shared, Ticket};
 use super::state::{stamp_of, Stamp};
+use super::worker::{finish, ingest_staged, is_noop};
 use super::CaptureError;
 use crate::ids::Seq;
 use crate::timeline::{Event, Kind, ObjState, Op, Timeline};
