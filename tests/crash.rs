@@ -236,6 +236,39 @@ fn sigkill_right_after_creations_and_small_rewrites() {
     }
 }
 
+/// A file created, renamed while still open (as `tempfile`'s persist and editors do), then
+/// closed just before the kill: the rename is in the timeline, the creation only in the
+/// journal. The creation must still be recovered, or undoing the history would move the
+/// file back to a name that never held it and leave it there.
+#[test]
+fn sigkill_after_a_creation_renamed_while_open() {
+    let m = Mounted::with(|p| std::fs::write(p.join("keep"), "keep\n").unwrap());
+    let original = tree(m.path());
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(m.p("tmp"))
+        .unwrap();
+    f.write_all(b"new content\n").unwrap();
+    std::fs::rename(m.p("tmp"), m.p("target")).unwrap();
+    // The rename reaches the timeline (asking for the pid flushes); the creation has not
+    // ended yet, and may or may not have when the daemon dies.
+    let pid = m.daemon_pid().expect("daemon pid");
+    drop(f);
+    kill9(pid);
+    remount(&m);
+    let events = hist::events(&m);
+    assert!(
+        events
+            .iter()
+            .any(|e| e["path"] == "tmp" && e["op"] == "create"),
+        "the creation was recovered: {events:#?}"
+    );
+    let first = format!("event:{}", events[0]["seq"]);
+    hist::restore(&m, &first, &[]);
+    assert_same_tree(&original, &tree(m.path()), "restored to the start");
+}
+
 /// Unmounts a tmpfs (lazily, so a failed test cannot leave it behind busy) when dropped.
 /// Declared before the `Mounted` on it, so it is dropped after the agx mount is gone.
 #[derive(Default)]

@@ -546,8 +546,12 @@ impl Recorder {
         }
         if inline && st.st_size as u64 <= INLINE_MAX {
             let mut bytes = Vec::with_capacity(st.st_size as usize);
+            // One byte past the bound tells a file that grew meanwhile.
             std::io::Read::read_to_end(
-                &mut super::staging::PositionalReader::new(&file),
+                &mut std::io::Read::take(
+                    super::staging::PositionalReader::new(&file),
+                    INLINE_MAX + 1,
+                ),
                 &mut bytes,
             )
             .map_err(|e| enospc_or_eio(&e))?;
@@ -582,21 +586,14 @@ impl Recorder {
             }
         };
         self.leave(t.stamps.slot.take());
-        // A creation whose content the worker reads needs no end record: recovery takes a
-        // creation without one as still open and reads its content from the live file
-        // (unless a later journaled change of the path supersedes it), which is what the
-        // record's stamp would have let it do. One journal append less per created file.
-        let needs_record = !(t.event.op == Op::Create && known_after.is_none());
-        let ended = if needs_record {
-            self.journal_append(&Record::Commit {
-                seq: t.event.seq.0,
-                after: known_after,
-                stamp: t.stamps.committed,
-            })
-        } else {
-            Ok(())
-        };
-        if let Err(e) = ended {
+        // Every event gets its end record, creations too: without one, recovery may take a
+        // creation whose file a later, already recorded change renamed or removed for one
+        // that never ran, and its stamp tells the creation's content from a later file's.
+        if let Err(e) = self.journal_append(&Record::Commit {
+            seq: t.event.seq.0,
+            after: known_after,
+            stamp: t.stamps.committed,
+        }) {
             log::warn!(
                 "journal: cannot record the end of event {}: {e}",
                 t.event.seq

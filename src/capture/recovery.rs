@@ -171,6 +171,15 @@ pub(super) fn recover(
         }
     }
     let mut pending = Vec::new();
+    // Every change the journal says began and was not cancelled, recorded or not, in
+    // order: a later one that touched an event's path (already in the timeline, say a
+    // rename of a file still open when the daemon died) means the live tree no longer
+    // shows that event's result.
+    let begun: Vec<(i64, Event)> = begins
+        .iter()
+        .filter(|(seq, _)| !cancels.contains(seq))
+        .map(|(seq, (event, ..))| (*seq, event.clone()))
+        .collect();
     for (seq, (event, staged, target_staged, inline)) in begins {
         if cancels.contains(&seq) {
             for s in [&staged, &target_staged].into_iter().flatten() {
@@ -192,14 +201,16 @@ pub(super) fn recover(
     let mut recovered = Vec::new();
     let mut dropped = Vec::new();
     let mut referenced = HashSet::new();
-    for (i, (event, staged, target_staged, inline)) in pending.iter().enumerate() {
+    for (event, staged, target_staged, inline) in pending.iter() {
         let seq = event.seq.0;
         referenced.extend(staged.clone());
         referenced.extend(target_staged.clone());
         let committed = commits.get(&seq);
         // Whether the live tree can still show this event's after-state: not when a later
-        // event changed the same path.
-        let superseded = pending[i + 1..].iter().any(|(l, ..)| overlap(event, l));
+        // change of the same path began.
+        let superseded = begun
+            .iter()
+            .any(|(s, later)| *s > seq && overlap(event, later));
         let (after, stamp) = match committed {
             Some((Some(s), _)) => (After::State(s.clone()), None),
             Some((None, stamp)) => (live_after(shared, event).0, *stamp),

@@ -123,11 +123,9 @@ fn handle_flags(flags: i32) -> OFlags {
 /// instead of reopening the file through its `/proc/self/fd` link, a path walk per file.
 /// The kernel still enforces the caller's access mode on its own file, and a passthrough
 /// open gets a backing file of its own, opened with the caller's flags.
-/// O_NOATIME too: the caller cannot read through its write-only file, and agx's own reads
-/// must not move atime (without the permission for it, the caller's flags are used).
 fn readable_flags(oflags: OFlags) -> Option<OFlags> {
     let wronly = oflags.contains(OFlags::WRONLY) && !oflags.contains(OFlags::RDWR);
-    wronly.then(|| (oflags & !OFlags::WRONLY) | OFlags::RDWR | OFlags::NOATIME)
+    wronly.then(|| (oflags & !OFlags::WRONLY) | OFlags::RDWR)
 }
 
 fn timespec(t: TimeOrNow) -> Timespec {
@@ -403,9 +401,11 @@ impl AgxFs {
         // kernel opens FIFOs and devices itself, and read-write would change their
         // semantics were one ever to reach here); otherwise the caller's flags give the
         // open its own result.
+        // O_NOATIME too (the caller cannot read through its write-only file, and agx's
+        // reads must not move atime); without the permission for it, the caller's flags.
         let upgraded = readable_flags(oflags)
             .filter(|_| ticket.is_some() && node.kind == fuser::FileType::RegularFile)
-            .and_then(|rw| self.reopen(fd.as_fd(), rw).ok());
+            .and_then(|rw| self.reopen(fd.as_fd(), rw | OFlags::NOATIME).ok());
         let file = match upgraded.map_or_else(|| self.reopen(fd.as_fd(), oflags), Ok) {
             Ok(f) => f,
             Err(e) => {
@@ -482,7 +482,9 @@ impl AgxFs {
         };
         // Exclusive first, so an existing file is known (and recorded) before O_TRUNC.
         // A new file is opened read-write when recorded (see `readable_flags`): creating
-        // it checks no permission on the new file.
+        // it checks no permission on the new file. Not O_NOATIME: the kernel checks that
+        // after creating the file, and where the creator does not own it (some network
+        // and FAT mounts) the open would fail with the file left behind; release sets it.
         let create_flags = match readable_flags(oflags) {
             Some(rw) if created.is_some() => rw,
             _ => oflags,
