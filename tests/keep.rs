@@ -514,7 +514,7 @@ fn gc_keeps_points(segments: &[(Vec<Op>, Mark)]) -> i64 {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: std::env::var("AGX_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(6),
+        cases: hist::prop_cases(6),
         max_shrink_iters: 100,
         ..ProptestConfig::default()
     })]

@@ -123,8 +123,7 @@ fn run(ops: &[Op]) {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        // AGX_PROP_CASES=N runs more cases (a longer hunt for counterexamples).
-        cases: std::env::var("AGX_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24),
+        cases: hist::prop_cases(24),
         max_shrink_iters: 300,
         ..ProptestConfig::default()
     })]

@@ -121,7 +121,7 @@ fn compare_with_restore(steps: &[Step]) {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: std::env::var("AGX_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(6),
+        cases: hist::prop_cases(6),
         max_shrink_iters: 100,
         ..ProptestConfig::default()
     })]

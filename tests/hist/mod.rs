@@ -228,3 +228,12 @@ pub fn wait_gone(pid: u32) {
     }
     panic!("process {pid} did not exit");
 }
+
+/// Cases per property test: `default`, or AGX_PROP_CASES=N for a longer hunt for
+/// counterexamples.
+pub fn prop_cases(default: u32) -> u32 {
+    std::env::var("AGX_PROP_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
