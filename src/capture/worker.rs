@@ -225,10 +225,7 @@ pub(super) fn finish(
         }
         After::Content(fd) => {
             let b = e.before.hash;
-            // A modified file is likely to be modified again: its stored after-image is
-            // the next before-image for free. A new file is only hashed (its first
-            // change will copy it), which keeps bulk creation (untar, builds) cheap.
-            let keep = e.op != Op::Create;
+            let keep = stores_after_image(e.op);
             match ingest_live(shared, &fd, b.as_ref(), keep, t.stamps.committed) {
                 Ok(s) => s,
                 Err(err) => {
@@ -302,13 +299,20 @@ fn next_job(
     }
 }
 
+/// Whether an event's after-image is stored, not only hashed. A modified file is likely
+/// to be modified again: its stored after-image is the next before-image for free. A new
+/// file is only hashed (its first change will copy it), which keeps bulk creation (untar,
+/// builds) cheap.
+fn stores_after_image(op: Op) -> bool {
+    op != Op::Create
+}
+
 /// Whether finishing `t` needs the newest recorded content of its path (the patch-from base
-/// for content it stores): only when it stores a before-image, or an after-image of a
-/// change to an existing file.
+/// for content it stores): only when it stores a before-image or an after-image.
 fn needs_base(t: &Ticket, after: &After) -> bool {
     t.staged.is_some()
         || t.inline.is_some()
-        || (matches!(after, After::Content(_)) && t.event.op != Op::Create)
+        || (matches!(after, After::Content(_)) && stores_after_image(t.event.op))
 }
 
 /// The worker thread's loop, until a stop job or the last sender goes.
