@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -217,6 +217,8 @@ impl Shared {
 pub struct Recorder {
     shared: Arc<Shared>,
     next_seq: AtomicI64,
+    /// Changes committed or cancelled so far (see `changes`).
+    ended: AtomicU64,
     tx: Sender<Job>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
     ignore: IgnoreRules,
@@ -286,6 +288,7 @@ impl Recorder {
         Ok(Recorder {
             shared,
             next_seq: AtomicI64::new(last.0 + 1),
+            ended: AtomicU64::new(0),
             tx,
             worker: Mutex::new(Some(worker)),
             ignore,
@@ -308,6 +311,13 @@ impl Recorder {
     /// The last sequence number handed out (its event may not be in the timeline yet).
     pub fn last_seq(&self) -> Seq {
         Seq(self.next_seq.load(Ordering::Relaxed) - 1)
+    }
+
+    /// The last change begun and how many changes have ended (committed or cancelled):
+    /// equal values mean the timeline has not changed since, once flushed.
+    pub fn changes(&self) -> (Seq, u64) {
+        let ended = self.ended.load(Ordering::SeqCst);
+        (self.last_seq(), ended)
     }
 
     pub fn ignore_files_changed(&self) {
@@ -589,11 +599,19 @@ impl Recorder {
         // Every event gets its end record, creations too: without one, recovery may take a
         // creation whose file a later, already recorded change renamed or removed for one
         // that never ran, and its stamp tells the creation's content from a later file's.
-        if let Err(e) = self.journal_append(&Record::Commit {
-            seq: t.event.seq.0,
-            after: known_after,
-            stamp: t.stamps.committed,
-        }) {
+        // It is written with the next record (see `Journal::defer`), before any later
+        // change begins.
+        let deferred = self
+            .shared
+            .journal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .defer(&Record::Commit {
+                seq: t.event.seq.0,
+                after: known_after,
+                stamp: t.stamps.committed,
+            });
+        if let Err(e) = deferred {
             log::warn!(
                 "journal: cannot record the end of event {}: {e}",
                 t.event.seq
@@ -606,6 +624,7 @@ impl Recorder {
         if self.tx.send(Job::Commit(Box::new(t), after)).is_err() && holds_fd {
             self.shared.slots.release();
         }
+        self.ended.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Abandons an event whose mutation failed.
@@ -614,6 +633,7 @@ impl Recorder {
         let _ = self.journal_append(&Record::Cancel { seq: t.event.seq.0 });
         self.remove_staged(&t);
         self.shared.inflight.fetch_sub(1, Ordering::SeqCst);
+        self.ended.fetch_add(1, Ordering::SeqCst);
     }
 
     /// The state of an object after a change, for `After::State`.

@@ -10,10 +10,18 @@ use std::sync::{Condvar, Mutex, OnceLock};
 
 pub struct Slots {
     max: usize,
-    used: Mutex<usize>,
+    used: Mutex<Count>,
     freed: Condvar,
     /// The worker, which naps between looks at the queue: a sender out of slots wakes it.
     worker: OnceLock<std::thread::Thread>,
+}
+
+#[derive(Default)]
+struct Count {
+    used: usize,
+    /// Senders waiting for a slot: a release wakes one only then (a wakeup is a syscall, and
+    /// the worker releases a slot per change).
+    waiting: usize,
 }
 
 impl Slots {
@@ -22,7 +30,7 @@ impl Slots {
     pub fn for_limit(nofile: usize) -> Slots {
         Slots {
             max: (nofile / 8).clamp(16, 4096),
-            used: Mutex::new(0),
+            used: Mutex::default(),
             freed: Condvar::new(),
             worker: OnceLock::new(),
         }
@@ -41,19 +49,23 @@ impl Slots {
 
     /// Takes a slot, waiting for one if all are taken.
     pub fn acquire(&self) {
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        while *used >= self.max {
+        let mut c = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        while c.used >= self.max {
             self.wake_worker();
-            used = self.freed.wait(used).unwrap_or_else(|e| e.into_inner());
+            c.waiting += 1;
+            c = self.freed.wait(c).unwrap_or_else(|e| e.into_inner());
+            c.waiting -= 1;
         }
-        *used += 1;
+        c.used += 1;
     }
 
     /// Gives a slot back.
     pub fn release(&self) {
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        *used = used.saturating_sub(1);
-        self.freed.notify_one();
+        let mut c = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        c.used = c.used.saturating_sub(1);
+        if c.waiting > 0 {
+            self.freed.notify_one();
+        }
     }
 }
 

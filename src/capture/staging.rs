@@ -170,16 +170,22 @@ impl<F: AsFd> std::io::Read for PositionalReader<F> {
 /// capture).
 pub fn hash_file(src: impl AsFd) -> std::io::Result<(ContentHash, u64)> {
     let size = rustix::fs::fstat(&src)?.st_size as u64;
+    hash_sized(src, size)
+}
+
+/// As [`hash_file`], for a file whose size was just taken: a read that comes back short at
+/// or past that size is the end (no further read to see it), so a small file takes one.
+pub fn hash_sized(src: impl AsFd, size: u64) -> std::io::Result<(ContentHash, u64)> {
     let mut hasher = blake3::Hasher::new();
     let mut buf = buffer_for(size);
     let mut off = 0u64;
     loop {
         let n = rustix::io::pread(&src, &mut buf, off)?;
-        if n == 0 {
-            break;
-        }
         hasher.update(&buf[..n]);
         off += n as u64;
+        if n == 0 || (n < buf.len() && off >= size) {
+            break;
+        }
     }
     Ok((ContentHash(*hasher.finalize().as_bytes()), off))
 }

@@ -12,7 +12,7 @@ use rustix::fs::OFlags;
 
 use super::journal::Record;
 use super::recorder::{known_of, After, Job, Shared, Ticket};
-use super::staging::hash_file;
+use super::staging::{hash_file, hash_sized};
 use super::state::{key_of, kind_of, meta_of, stamp_of, Stamp};
 use crate::ids::{ContentHash, Seq};
 use crate::timeline::{Event, Kind, ObjState, Op, Timeline};
@@ -55,10 +55,9 @@ pub(super) fn ingest_live(
             meta: Some(meta_of(fd, &st)),
         });
     }
-    // A released handle's own descriptor is read as it is (it reads without moving
-    // atime); an `O_PATH` one is reopened.
+    // A released handle's own descriptor is read as it is; an `O_PATH` one is reopened.
     let reopened;
-    let file = if readable(fd) {
+    let file = if quietly_readable(fd) {
         fd.as_fd()
     } else {
         reopened = shared
@@ -75,7 +74,7 @@ pub(super) fn ingest_live(
             .put_reader(super::staging::PositionalReader::new(file), base)?
             .hash
     } else {
-        hash_file(file)
+        hash_sized(file, st.st_size as u64)
             .map_err(super::CaptureError::io("hashing an after-image"))?
             .0
     };
@@ -95,11 +94,19 @@ pub(super) fn ingest_live(
     })
 }
 
-/// Whether `fd` is open for reading (not `O_PATH`, not write-only).
-fn readable(fd: impl AsFd) -> bool {
-    rustix::fs::fcntl_getfl(fd).is_ok_and(|fl| {
-        !fl.contains(OFlags::PATH) && (fl.contains(OFlags::RDWR) || !fl.contains(OFlags::WRONLY))
-    })
+/// Whether `fd` can be read as it is: open for reading (not `O_PATH`, not write-only) and
+/// not moving atime, which agx's reads must not. A released handle's descriptor (the
+/// worker is its last user) gets `O_NOATIME` here; where that is refused (a file of
+/// another owner on a filesystem that does not let root set it) it is reopened instead.
+fn quietly_readable(fd: impl AsFd) -> bool {
+    let Ok(fl) = rustix::fs::fcntl_getfl(&fd) else {
+        return false;
+    };
+    let write_only = fl.contains(OFlags::WRONLY) && !fl.contains(OFlags::RDWR);
+    if fl.contains(OFlags::PATH) || write_only {
+        return false;
+    }
+    fl.contains(OFlags::NOATIME) || rustix::fs::fcntl_setfl(&fd, fl | OFlags::NOATIME).is_ok()
 }
 
 /// Whether an event changed nothing (an open for writing that wrote nothing new). Only
@@ -316,7 +323,19 @@ fn needs_base(t: &Ticket, after: &After) -> bool {
 }
 
 /// The worker thread's loop, until a stop job or the last sender goes.
+/// The worker's nice value. Default 10: it yields the CPU to the processes making changes
+/// and to the request threads answering them, whose every delay is the caller's; its own
+/// work is behind them anyway and it catches up when they wait. On two cores a worker at
+/// their priority preempted them and made creating many small files up to a third slower
+/// and erratic. It cannot starve: senders wait for a queue slot once it falls that far
+/// behind, and then it has the CPU. Safe to change between 0 and 19.
+const NICE: i32 = 10;
+
 pub(super) fn run(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
+    // This thread only (Linux keeps a nice value per thread).
+    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), NICE) {
+        log::debug!("capture worker: cannot lower its priority: {e}");
+    }
     // Events to insert, with the staged files to remove once they are in the timeline.
     let mut batch: Vec<Finished> = Vec::new();
     let mut settled = 0i64;
@@ -410,6 +429,9 @@ pub(super) fn run(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>
                 if let Err(e) = j.truncate() {
                     log::warn!("journal: cannot truncate: {e}");
                 }
+            } else if let Err(e) = j.write_deferred() {
+                // They stay deferred: written with the next record or batch.
+                log::warn!("journal: cannot record the end of changes now: {e}");
             }
         }
         if let Some(w) = waiter {

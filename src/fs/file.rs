@@ -623,59 +623,60 @@ impl AgxFs {
     }
 
     pub(super) fn do_release(&self, fh: HandleId) {
-        if let Some(h) = self.handles.remove(fh) {
-            if let Handle::File(f) = &*h {
-                f.node.drop_open();
-                if f.writable {
-                    f.node.drop_writer();
-                }
-                let ticket = f.ticket.lock().unwrap_or_else(|e| e.into_inner()).take();
-                if let Some(t) = ticket {
-                    self.rec.commit(t, self.released_content(f));
-                    if let Some((_, name)) = Some(f.node.place()) {
-                        self.note_ignore_file(&name);
-                    }
-                }
-                let mut slot = f.node.backing.lock().unwrap_or_else(|e| e.into_inner());
-                if f.passthrough {
-                    slot.opens = slot.opens.saturating_sub(1);
-                    if slot.opens == 0 {
-                        // Dropping the id unregisters it; the kernel keeps its own reference
-                        // for as long as it needs the backing file.
-                        slot.id = None;
-                    }
-                } else {
-                    slot.cached = slot.cached.saturating_sub(1);
-                }
-                drop(slot);
-                if f.passthrough && f.writable {
-                    // Writes through a shared mapping of a passthrough file reach the backing
-                    // file without the kernel's FUSE inode seeing them: drop its cached
-                    // attributes (only those: offset -1), so stat shows the new mtime.
-                    if let Some(n) = self.notifier.get() {
-                        let _ = n.inval_inode(fuser::INodeNo(f.node.id.0), -1, 0);
-                    }
-                }
+        let Some(h) = self.handles.remove(fh) else {
+            return;
+        };
+        let Handle::File(f) = &*h else {
+            return;
+        };
+        f.node.drop_open();
+        if f.writable {
+            f.node.drop_writer();
+        }
+        let ticket = f.ticket.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let mut slot = f.node.backing.lock().unwrap_or_else(|e| e.into_inner());
+        if f.passthrough {
+            slot.opens = slot.opens.saturating_sub(1);
+            if slot.opens == 0 {
+                // Dropping the id unregisters it; the kernel keeps its own reference
+                // for as long as it needs the backing file.
+                slot.id = None;
             }
+        } else {
+            slot.cached = slot.cached.saturating_sub(1);
+        }
+        drop(slot);
+        if f.passthrough && f.writable {
+            // Writes through a shared mapping of a passthrough file reach the backing
+            // file without the kernel's FUSE inode seeing them: drop its cached
+            // attributes (only those: offset -1), so stat shows the new mtime.
+            if let Some(n) = self.notifier.get() {
+                let _ = n.inval_inode(fuser::INodeNo(f.node.id.0), -1, 0);
+            }
+        }
+        if let Some(t) = ticket {
+            let name = f.node.place().1;
+            self.rec.commit(t, self.released_content(h));
+            self.note_ignore_file(&name);
         }
     }
 
-    /// The new content of a file whose recorded handle is being released. Read through the
-    /// handle's own descriptor when it can read (no reopen by path); it is the last use of
-    /// that descriptor, so it may stop moving atime (agx's reads must not). Otherwise as
-    /// `after_content`.
-    fn released_content(&self, f: &FileHandle) -> After {
-        let readable = rustix::fs::fcntl_getfl(&f.file).is_ok_and(|fl| {
-            fl.contains(OFlags::RDWR)
-                && (fl.contains(OFlags::NOATIME)
-                    || rustix::fs::fcntl_setfl(&f.file, fl | OFlags::NOATIME).is_ok())
-        });
-        if readable {
-            if let Ok(dup) = self.retry(|| rustix::io::dup(&f.file)) {
-                return After::Content(dup);
-            }
+    /// The new content of a file whose recorded handle is being released: the handle's own
+    /// descriptor, which the capture worker reads (no reopen by path). It is moved there
+    /// when no request still uses the handle, else duplicated. The worker makes it stop
+    /// moving atime before it reads (see `capture::worker`); nothing else uses it any more.
+    fn released_content(&self, h: Arc<Handle>) -> After {
+        match Arc::try_unwrap(h) {
+            Ok(Handle::File(f)) => After::Content(f.file),
+            Ok(Handle::Dir(_)) => After::Absent,
+            Err(h) => match &*h {
+                Handle::File(f) => match self.retry(|| rustix::io::dup(&f.file)) {
+                    Ok(dup) => After::Content(dup),
+                    Err(_) => self.after_content(&f.node),
+                },
+                Handle::Dir(_) => After::Absent,
+            },
         }
-        self.after_content(&f.node)
     }
 
     fn file_handle(&self, fh: HandleId) -> Result<Arc<Handle>, Errno> {
