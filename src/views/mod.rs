@@ -53,11 +53,14 @@ pub enum ViewError {
 /// How many points keep a cached model.
 const CACHED_MODELS: usize = 16;
 
-/// A point's model, valid as long as the recorder's last sequence number is `key`.
+/// A point's model, valid as long as the recorder's changes are still `key`: the last one
+/// begun and how many have ended. A change still under way (a file not yet released, whose
+/// release the kernel sends after `close` returns) is not in the timeline yet; the model
+/// is rebuilt once it ends, not only when the next change begins.
 #[derive(Clone)]
 pub struct Snapshot {
     pub point: Seq,
-    pub key: Seq,
+    pub key: (Seq, u64),
     pub model: Arc<Model>,
 }
 
@@ -99,11 +102,11 @@ impl Views {
 
     /// Whether a snapshot still describes the tree (no change began since it was built).
     pub fn fresh(&self, s: &Snapshot) -> bool {
-        self.recorder.last_seq() == s.key
+        self.recorder.changes() == s.key
     }
 
     fn model_at(&self, point: Seq) -> Result<Snapshot, ViewError> {
-        let key = self.recorder.last_seq();
+        let key = self.recorder.changes();
         if let Some(s) = self.cached(point) {
             if s.key == key {
                 return Ok(s);

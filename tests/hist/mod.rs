@@ -67,6 +67,19 @@ pub fn events_of(m: &Mounted, extra: &[&str]) -> Vec<serde_json::Value> {
     list
 }
 
+/// Waits (up to 10 s) until a change of `path` after event `seq` has ended. The kernel sends
+/// a file's release after `close` returns, so a write's event can end a moment later.
+pub fn wait_event(m: &Mounted, seq: i64, path: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !events_after(m, seq).iter().any(|e| e["path"] == path) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no event of {path} after event {seq} within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The highest event number so far (0 when there is none).
 pub fn last_seq(m: &Mounted) -> i64 {
     events_of(m, &["--limit", "1"])
