@@ -41,6 +41,13 @@ mod tests {
             .arg("sleep 5; :")
             .spawn()
             .unwrap();
+        // Under load its name can still be this process's for a moment after spawn.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while crate::attribution::proc::comm(child.id()).as_deref() != Some("sh")
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let found = super::agent_process(child.id());
         let _ = child.kill();
         let _ = child.wait();
