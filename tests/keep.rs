@@ -245,10 +245,15 @@ fn refs_to_checkpoints_and_sessions() {
 #[test]
 fn history_commands_are_refused_inside_a_session() {
     let mut m = Mounted::new();
+    // Each write's event ends when its release reaches agx, a moment after `close`: wait
+    // for it, so `now` is the point after it.
     std::fs::write(m.p("f"), "1\n").unwrap();
+    hist::wait_event(&m, 0, "f");
     ok(m.agx(["checkpoint", "keepme"]), "checkpoint");
     ok(m.agx(["pin", "now"]), "pin");
+    let first = hist::last_seq(&m);
     std::fs::write(m.p("f"), "2\n").unwrap();
+    hist::wait_event(&m, first, "f");
     let events = hist::events(&m).len();
     let agx = agx_bin();
     let script = format!(
