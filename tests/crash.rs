@@ -330,10 +330,7 @@ fn full_disk_refuses_a_mutation_it_cannot_capture() {
     // that ends the write's event after close returns: under load, `agx log` can run
     // first, so the event is awaited, within a bound.)
     std::fs::write(m.p("small"), "small 2\n").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while hist::events(&m).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    hist::wait_event(&m, 0, "small");
     assert_eq!(hist::events(&m).len(), 1);
     fill(&m.project);
 

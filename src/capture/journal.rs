@@ -71,15 +71,13 @@ impl Journal {
 
     /// Appends one record, after any deferred ones, with a single write. Records that
     /// cannot be written whole (a full disk) are cut off again, so the next write does not
-    /// continue a torn line; deferred records stay deferred.
+    /// continue a torn line; deferred records stay deferred, and this one is dropped.
     pub fn append(&mut self, r: &Record) -> std::io::Result<()> {
-        let mut line = std::mem::take(&mut self.deferred);
-        let deferred = line.len();
-        encode(r, &mut line)?;
-        let written = self.write(&line);
+        let deferred = self.deferred.len();
+        encode(r, &mut self.deferred)?;
+        let written = self.write_deferred();
         if written.is_err() {
-            line.truncate(deferred);
-            self.deferred = line;
+            self.deferred.truncate(deferred);
         }
         written
     }
@@ -272,6 +270,7 @@ mod tests {
             vec![(1, Some(all_bytes)), (2, Some(Vec::new())), (3, None)]
         );
     }
+
     fn seqs(agx: &OwnedFd) -> Vec<(char, i64)> {
         read_all(agx)
             .unwrap()
