@@ -72,9 +72,9 @@ impl Journal {
     /// Appends one record, after any deferred ones, with a single write. Records that
     /// cannot be written whole (a full disk) are cut off again, so the next write does not
     /// continue a torn line; deferred records stay deferred, and this one is dropped.
-    pub fn append(&mut self, r: &Record) -> std::io::Result<()> {
+    pub fn append(&mut self, r: &Encoded) -> std::io::Result<()> {
         let deferred = self.deferred.len();
-        encode(r, &mut self.deferred)?;
+        self.deferred.extend_from_slice(&r.0);
         let written = self.write_deferred();
         if written.is_err() {
             self.deferred.truncate(deferred);
@@ -90,11 +90,12 @@ impl Journal {
     /// begins a later change is written after it, so recovery never sees a later change
     /// without the earlier ends. This saves a write per change on the request path. With
     /// `fsync` every record is written at once (the policy asks for each to be durable).
-    pub fn defer(&mut self, r: &Record) -> std::io::Result<()> {
+    pub fn defer(&mut self, r: &Encoded) -> std::io::Result<()> {
         if self.fsync {
             return self.append(r);
         }
-        encode(r, &mut self.deferred)
+        self.deferred.extend_from_slice(&r.0);
+        Ok(())
     }
 
     /// Writes the deferred records, if any.
@@ -146,11 +147,18 @@ impl Journal {
     }
 }
 
-/// One record as a JSON line, added to `out`.
-fn encode(r: &Record, out: &mut Vec<u8>) -> std::io::Result<()> {
-    serde_json::to_writer(&mut *out, r).map_err(std::io::Error::other)?;
-    out.push(b'\n');
-    Ok(())
+/// A record encoded as its journal line. Callers encode before they take the journal's
+/// lock: the lock is then held only to copy the bytes and write them, and a release
+/// encoding its end record does not hold up a creation waiting to write its begin.
+pub struct Encoded(Vec<u8>);
+
+impl Record {
+    /// This record as a JSON line.
+    pub fn encode(&self) -> std::io::Result<Encoded> {
+        let mut out = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        out.push(b'\n');
+        Ok(Encoded(out))
+    }
 }
 
 /// Every complete record of the journal in `agx`, in order.
@@ -218,7 +226,7 @@ mod tests {
     use crate::ids::Seq;
     use crate::timeline::{Actor, Op};
 
-    fn begin(seq: i64, inline: Option<Vec<u8>>) -> Record {
+    fn begin(seq: i64, inline: Option<Vec<u8>>) -> Encoded {
         Record::Begin {
             event: Box::new(Event {
                 seq: Seq(seq),
@@ -239,6 +247,8 @@ mod tests {
             target_staged: None,
             inline,
         }
+        .encode()
+        .unwrap()
     }
 
     #[test]
@@ -288,10 +298,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let agx =
             rustix::fs::open(dir.path(), OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
-        let commit = |seq| Record::Commit {
-            seq,
-            after: None,
-            stamp: None,
+        let commit = |seq| {
+            Record::Commit {
+                seq,
+                after: None,
+                stamp: None,
+            }
+            .encode()
+            .unwrap()
         };
         let mut j = Journal::open(&agx, false).unwrap();
         j.append(&begin(1, None)).unwrap();
@@ -309,7 +323,8 @@ mod tests {
         j.defer(&commit(3)).unwrap();
         j.truncate().unwrap();
         assert!(j.is_empty());
-        j.append(&Record::Cancel { seq: 4 }).unwrap();
+        j.append(&Record::Cancel { seq: 4 }.encode().unwrap())
+            .unwrap();
         assert_eq!(seqs(&agx), vec![('x', 4)]);
         // With fsync every record is written at once.
         let mut j = Journal::open(&agx, true).unwrap();

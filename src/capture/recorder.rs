@@ -451,12 +451,14 @@ impl Recorder {
         Ok(ticket)
     }
 
+    /// Encodes `r`, then writes it (after any deferred records) under the journal's lock.
     fn journal_append(&self, r: &Record) -> std::io::Result<()> {
+        let line = r.encode()?;
         self.shared
             .journal
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .append(r)
+            .append(&line)
     }
 
     fn remove_staged(&self, t: &Ticket) {
@@ -601,16 +603,18 @@ impl Recorder {
         // that never ran, and its stamp tells the creation's content from a later file's.
         // It is written with the next record (see `Journal::defer`), before any later
         // change begins.
-        let deferred = self
-            .shared
-            .journal
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .defer(&Record::Commit {
-                seq: t.event.seq.0,
-                after: known_after,
-                stamp: t.stamps.committed,
-            });
+        let end = Record::Commit {
+            seq: t.event.seq.0,
+            after: known_after,
+            stamp: t.stamps.committed,
+        };
+        let deferred = end.encode().and_then(|line| {
+            self.shared
+                .journal
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .defer(&line)
+        });
         if let Err(e) = deferred {
             log::warn!(
                 "journal: cannot record the end of event {}: {e}",

@@ -384,11 +384,13 @@ pub(super) fn run(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>
                     // Nothing to record; the journal says so before the staged copy goes,
                     // so recovery never redoes it without its before-image.
                     let seq = done.event.seq.0;
-                    let dropped = shared
-                        .journal
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .append(&Record::Cancel { seq });
+                    let dropped = Record::Cancel { seq }.encode().and_then(|line| {
+                        shared
+                            .journal
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .append(&line)
+                    });
                     if dropped.is_ok() {
                         done.clean(&shared);
                     }
