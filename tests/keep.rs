@@ -606,3 +606,23 @@ fn walk_objects(project: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+#[test]
+fn a_checkpoint_includes_a_write_whose_release_is_still_on_its_way() {
+    let m = Mounted::new();
+    std::fs::write(m.p("f"), "old\n").unwrap();
+    hist::wait_event(&m, 0, "f");
+    let before = hist::last_seq(&m);
+    // The shell opens f, writes and exits, and the child it started holds the descriptor
+    // 0.3 s longer: the kernel releases the file (the write's change ends) only then.
+    common::sh(
+        m.path(),
+        "exec 3>f; echo new >&3; (sleep 0.3) </dev/null >/dev/null 2>&1 & exit 0",
+    );
+    ok(m.agx(["checkpoint", "after"]), "checkpoint");
+    assert!(
+        hist::last_seq(&m) > before,
+        "the checkpoint was taken before the write's change ended"
+    );
+    assert_eq!(hist::show(&m, "after", "f"), b"new\n");
+}

@@ -144,6 +144,16 @@ impl Ticket {
     pub fn before_hash(&self) -> Option<ContentHash> {
         self.event.before.hash
     }
+
+    /// The process the change is attributed to.
+    pub fn pid(&self) -> u32 {
+        self.event.actor.pid
+    }
+
+    /// The project-relative path the change began at.
+    pub fn path(&self) -> &[u8] {
+        &self.event.path
+    }
 }
 
 /// The last after-image recorded for an inode: a later before-image with the same size,
@@ -223,7 +233,13 @@ pub struct Recorder {
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
     ignore: IgnoreRules,
     cfg: CaptureConfig,
+    /// Run before each [`Recorder::flush`]: waits for changes whose end is on its way
+    /// (see `fs::settle`). Set once by the mount; unset, a flush does not wait for them.
+    settle: std::sync::OnceLock<Settle>,
 }
+
+/// See [`Recorder::set_settle`].
+pub type Settle = Box<dyn Fn() + Send + Sync>;
 
 pub fn now_ns() -> i64 {
     SystemTime::now()
@@ -293,6 +309,7 @@ impl Recorder {
             worker: Mutex::new(Some(worker)),
             ignore,
             cfg,
+            settle: std::sync::OnceLock::new(),
         })
     }
 
@@ -648,8 +665,23 @@ impl Recorder {
         }
     }
 
-    /// Waits until every committed event is in the timeline.
+    /// What [`Recorder::flush`] runs first. Set once; later calls are ignored.
+    pub fn set_settle(&self, f: Settle) {
+        let _ = self.settle.set(f);
+    }
+
+    /// Waits until every change whose end is known or on its way (see `set_settle`) is in
+    /// the timeline: what a command that names "now" must see.
     pub fn flush(&self) {
+        if let Some(settle) = self.settle.get() {
+            settle();
+        }
+        self.flush_queue();
+    }
+
+    /// Waits until every committed event is in the timeline. For the request path, which
+    /// must not wait for other requests.
+    pub fn flush_queue(&self) {
         let (tx, rx) = crossbeam_channel::bounded(1);
         if self.tx.send(Job::Flush(tx)).is_ok() {
             self.shared.slots.wake_worker();

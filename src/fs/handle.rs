@@ -84,6 +84,22 @@ impl HandleTable {
             .remove(&id)
     }
 
+    /// Every handle whose change is still being recorded: its id, and the process and
+    /// path its change is attributed to.
+    pub fn recorded(&self) -> Vec<(HandleId, u32, Vec<u8>)> {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        for (id, h) in map.iter() {
+            if let Handle::File(f) = &**h {
+                let t = f.ticket.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(t) = &*t {
+                    out.push((*id, t.pid(), t.path().to_vec()));
+                }
+            }
+        }
+        out
+    }
+
     pub fn len(&self) -> usize {
         self.map.read().unwrap_or_else(|e| e.into_inner()).len()
     }

@@ -16,6 +16,7 @@ pub mod handle;
 pub mod inode;
 mod ops;
 mod record;
+mod settle;
 mod views;
 mod virt;
 mod xattr;
@@ -78,7 +79,7 @@ pub struct InitReport {
 
 pub struct AgxFs {
     inodes: Arc<InodeTable>,
-    handles: HandleTable,
+    handles: Arc<HandleTable>,
     /// `/proc/self/fd`, to reopen `O_PATH` descriptors as real files.
     proc_fd: OwnedFd,
     cfg: FsConfig,
@@ -151,7 +152,7 @@ impl AgxFs {
         descriptors::set_valve(&inodes);
         Ok(AgxFs {
             inodes,
-            handles: HandleTable::default(),
+            handles: Arc::default(),
             proc_fd,
             passthrough: AtomicBool::new(false),
             passthrough_warned: AtomicBool::new(false),
@@ -163,6 +164,13 @@ impl AgxFs {
             vtable: views::ViewTable::new(views),
             notifier: Arc::default(),
         })
+    }
+
+    /// Waits for releases on their way (see [`settle`]), for `Recorder::set_settle`.
+    /// `mountpoint` is where the callers see the project.
+    pub fn settler(&self, mountpoint: std::path::PathBuf) -> crate::capture::recorder::Settle {
+        let s = settle::Settler::new(self.handles.clone(), mountpoint);
+        Box::new(move || s.settle())
     }
 
     /// Where the session's notifier goes once the session exists (the daemon sets it).

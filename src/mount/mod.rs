@@ -328,6 +328,10 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
     )
     .map_err(|e| MountError::io(p.project.display().to_string(), e))?;
     let fs_notifier = fs.notifier_slot();
+    // Commands that name "now" first wait for releases on their way (`fs::settle`). The
+    // callers' descriptors show the mountpoint as the kernel resolves it.
+    let seen_at = std::fs::canonicalize(&p.mountpoint).unwrap_or_else(|_| p.mountpoint.clone());
+    engine.recorder.set_settle(fs.settler(seen_at));
 
     let mut config = Config::default();
     config.mount_options = vec![

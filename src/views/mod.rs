@@ -114,8 +114,9 @@ impl Views {
         }
         // Changes began since the cached model: let the capture worker put every finished
         // one in the timeline first. The worker never goes through the mount, so waiting
-        // for it from a FUSE request cannot deadlock.
-        self.recorder.flush();
+        // for it from a FUSE request cannot deadlock. Not `flush`: that also waits for
+        // releases on their way, which other requests deliver.
+        self.recorder.flush_queue();
         let events = self.tl().events_after(point)?;
         let mut m = Model::new();
         m.undo_all(events.iter());
