@@ -623,6 +623,8 @@ impl AgxFs {
     }
 
     pub(super) fn do_release(&self, fh: HandleId) {
+        // Until the change is committed, a flush waits for this release (`fs::settle`).
+        let _releasing = self.handles.start_release();
         let Some(h) = self.handles.remove(fh) else {
             return;
         };

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use crate::capture::Ticket;
 use crate::fs::inode::Node;
@@ -57,6 +57,9 @@ pub enum Handle {
 pub struct HandleTable {
     next: AtomicU64,
     map: RwLock<HashMap<HandleId, Arc<Handle>>>,
+    /// Held shared by each release under way, from before its handle leaves `map` until
+    /// its change is handed to the capture worker (see [`HandleTable::wait_releases`]).
+    releases: RwLock<()>,
 }
 
 impl HandleTable {
@@ -98,6 +101,18 @@ impl HandleTable {
             }
         }
         out
+    }
+
+    /// Marks a release as under way until the guard is dropped: taken before the handle
+    /// leaves the table, dropped once its change is committed.
+    pub fn start_release(&self) -> RwLockReadGuard<'_, ()> {
+        self.releases.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits for the releases under way now (not for those that start meanwhile: the
+    /// lock prefers writers).
+    pub fn wait_releases(&self) {
+        drop(self.releases.write().unwrap_or_else(|e| e.into_inner()));
     }
 
     pub fn len(&self) -> usize {

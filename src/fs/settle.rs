@@ -47,7 +47,9 @@ impl Settler {
         }
     }
 
-    /// Returns once no recorded handle looks closed by its opener, or after `SETTLE_MAX`.
+    /// Returns once no recorded handle looks closed by its opener and no release is under
+    /// way (one whose handle has left the table may not have handed its change to the
+    /// worker yet), or after `SETTLE_MAX`.
     pub fn settle(&self) {
         let deadline = Instant::now() + SETTLE_MAX;
         loop {
@@ -63,6 +65,8 @@ impl Settler {
                 .map(|(id, ..)| *id)
                 .collect();
             if closing.is_empty() {
+                drop(given_up);
+                self.handles.wait_releases();
                 return;
             }
             if Instant::now() >= deadline {
