@@ -6,6 +6,8 @@
 //! ignore file changes through the mount.
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -23,6 +25,36 @@ pub struct IgnoreRules {
     dirs: Mutex<HashMap<PathBuf, Option<Arc<Gitignore>>>>,
     /// Per directory: whether it is ignored as a whole (so is everything below it).
     ignored_dirs: Mutex<HashMap<PathBuf, bool>>,
+    /// Per directory (its path's bytes): everything that decides about its entries, so an
+    /// entry is judged with one lookup (every creation asks, on the request path).
+    entries: Mutex<HashMap<Vec<u8>, Arc<DirRules>>>,
+}
+
+/// What decides about the entries of one directory.
+struct DirRules {
+    /// The directory is ignored as a whole.
+    ignored: bool,
+    /// The .gitignore matchers that apply, deepest first (a deeper file's decision wins,
+    /// as in git), each with the length of its directory's path.
+    chain: Vec<(usize, Arc<Gitignore>)>,
+}
+
+impl DirRules {
+    /// Whether the entry `rel` of this directory is ignored by a matcher of the chain.
+    fn matches(&self, rel: &[u8], is_dir: bool) -> bool {
+        for (len, m) in &self.chain {
+            let below = match *len {
+                0 => rel,
+                n => rel.get(n + 1..).unwrap_or(rel),
+            };
+            match m.matched(Path::new(OsStr::from_bytes(below)), is_dir) {
+                Match::Ignore(_) => return true,
+                Match::Whitelist(_) => return false,
+                Match::None => {}
+            }
+        }
+        false
+    }
 }
 
 fn build(base: &Path, lines: &str) -> Option<Gitignore> {
@@ -56,6 +88,7 @@ impl IgnoreRules {
             exclude: patterns(exclude),
             dirs: Mutex::new(HashMap::new()),
             ignored_dirs: Mutex::new(HashMap::new()),
+            entries: Mutex::new(HashMap::new()),
         }
     }
 
@@ -63,6 +96,10 @@ impl IgnoreRules {
     pub fn reset(&self) {
         self.dirs.lock().unwrap_or_else(|e| e.into_inner()).clear();
         self.ignored_dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.entries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
@@ -94,7 +131,9 @@ impl IgnoreRules {
         {
             return false;
         }
-        if rel.starts_with(".git/objects") {
+        // Paths come normalized ("a/b", no "." or trailing "/"), so bytes compare as paths.
+        let bytes = rel.as_os_str().as_bytes();
+        if bytes == b".git/objects" || bytes.starts_with(b".git/objects/") {
             return true;
         }
         if self
@@ -104,14 +143,47 @@ impl IgnoreRules {
         {
             return true;
         }
-        if rel == Path::new(".git") {
+        if bytes == b".git" {
             return false;
         }
-        let parent = rel.parent().unwrap_or(Path::new(""));
-        if !parent.as_os_str().is_empty() && self.dir_ignored(parent) {
-            return true;
+        let parent = match bytes.iter().rposition(|&c| c == b'/') {
+            Some(i) => &bytes[..i],
+            None => &[][..],
+        };
+        let rules = self.entry_rules(parent);
+        rules.ignored || rules.matches(bytes, is_dir)
+    }
+
+    /// What decides about the entries of directory `dir` (cached).
+    fn entry_rules(&self, dir: &[u8]) -> Arc<DirRules> {
+        if let Some(r) = self
+            .entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(dir)
+        {
+            return r.clone();
         }
-        self.own_match(rel, is_dir)
+        let path = Path::new(OsStr::from_bytes(dir));
+        let ignored = !dir.is_empty() && self.dir_ignored(path);
+        let mut chain = Vec::new();
+        let mut at = Some(path);
+        while let Some(d) = at {
+            if let Some(m) = self.matcher(d) {
+                chain.push((d.as_os_str().len(), m));
+            }
+            at = if d.as_os_str().is_empty() {
+                None
+            } else {
+                d.parent()
+            };
+        }
+        let r = Arc::new(DirRules { ignored, chain });
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(dir.to_vec(), r.clone());
+        r
     }
 
     /// Whether `rel` itself (not its parents) is ignored by the .gitignore files of the
