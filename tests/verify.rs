@@ -53,7 +53,8 @@ fn problems(m: &Mounted, extra: &[&str]) -> Vec<serde_json::Value> {
         stdout(&o),
         stderr(&o)
     );
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("verify --json");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("verify --json: {e}: {}{}", stdout(&o), stderr(&o)));
     v["problems"].as_array().unwrap().clone()
 }
 
