@@ -17,6 +17,8 @@ export LC_ALL=C
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$SCRIPT_DIR/.." && pwd)
 HELPERS=$SCRIPT_DIR/bench
+# shellcheck source=bench/deletions.sh
+. "$HELPERS/deletions.sh"
 # Bump when a fixture's recipe changes: fixtures with another version are rebuilt.
 FIXTURE_VERSION=1
 
@@ -442,7 +444,7 @@ cleanup_work() {
         fi
     done
     if [[ $deleted == 1 ]]; then
-        date +%s >"$WORK/.last-delete"
+        deletions_done "$WORK"
     fi
 }
 
@@ -453,17 +455,15 @@ retire() {
     mv -- "$1" "$WORK/trash/$GROUP-$VARIANT-$ROUND"
 }
 
-# On ext4 without a journal, inodes deleted less than 60 s ago (300 s while their inode
-# table block is dirty) are skipped, slowly, by every create in their block group. Wait
-# until the deletions of an earlier run of this script are older than that.
+# Waits until the deletions of an earlier run (of this script or bench-history.sh) no
+# longer slow down creates (see scripts/bench/deletions.sh).
 settle_deletions() {
-    local last age
-    [[ $EXT4_NOJOURNAL == 1 && -f $WORK/.last-delete ]] || return 0
-    last=$(cat "$WORK/.last-delete")
-    age=$(($(date +%s) - last))
-    if ((age < 65)); then
-        log "waiting $((65 - age)) s: files deleted $age s ago still slow down creates on ext4 without a journal"
-        sleep $((65 - age))
+    local wait
+    [[ $EXT4_NOJOURNAL == 1 ]] || return 0
+    wait=$(deletions_wait "$WORK")
+    if ((wait > 0)); then
+        log "waiting $wait s: recent deletions still slow down creates on ext4 without a journal"
+        sleep "$wait"
     fi
 }
 
@@ -799,14 +799,7 @@ preflight() {
     if [[ -n $(agx_mounts_under_work) ]]; then
         log "removing agx mounts left under $WORK by an earlier run"
     fi
-    EXT4_NOJOURNAL=0
-    local src
-    if [[ $(stat -f -c %T "$WORK") == ext2/ext3 ]]; then   # stat's name for ext4 too
-        src=$(findmnt -no SOURCE --target "$WORK" 2>/dev/null || true)
-        if [[ -n $src ]] && ! compgen -G "/proc/fs/jbd2/$(basename "$src")-*" >/dev/null; then
-            EXT4_NOJOURNAL=1
-        fi
-    fi
+    EXT4_NOJOURNAL=$(ext4_nojournal "$WORK")
     PIDS_FILE=$WORK/.pids
     : >"$PIDS_FILE"
     cleanup_work
