@@ -91,10 +91,8 @@ fn closed_by_opener(pid: u32, file: &Path) -> bool {
     if pid == 0 {
         return false;
     }
-    let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
-        Ok(d) => d,
-        Err(e) => return e.kind() == std::io::ErrorKind::NotFound,
-    };
-    !fds.flatten()
-        .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == file))
+    match crate::mount::procs::holds(pid, |t| t == file) {
+        Ok(held) => !held,
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
 }

@@ -51,6 +51,15 @@ pub fn with_cwd_inside(dir: &Path) -> Vec<ProcRef> {
         .collect()
 }
 
+/// Whether process `pid` has an open descriptor whose path satisfies `wanted`. An error:
+/// its descriptors cannot be read (NotFound: the process is gone).
+pub fn holds(pid: u32, wanted: impl Fn(&Path) -> bool) -> std::io::Result<bool> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?;
+    Ok(fds
+        .flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| wanted(&t))))
+}
+
 /// Processes with their working directory or an open descriptor inside `dir`.
 pub fn using(dir: &Path) -> Vec<ProcRef> {
     pids()
@@ -59,15 +68,7 @@ pub fn using(dir: &Path) -> Vec<ProcRef> {
             let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
                 .map(|c| inside(&c, dir))
                 .unwrap_or(false);
-            cwd || std::fs::read_dir(format!("/proc/{pid}/fd"))
-                .map(|rd| {
-                    rd.filter_map(|e| e.ok()).any(|e| {
-                        std::fs::read_link(e.path())
-                            .map(|t| inside(&t, dir))
-                            .unwrap_or(false)
-                    })
-                })
-                .unwrap_or(false)
+            cwd || holds(*pid, |t| inside(t, dir)).unwrap_or(false)
         })
         .map(|pid| ProcRef {
             pid,
