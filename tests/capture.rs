@@ -280,6 +280,31 @@ fn log_json_fields() {
     assert_eq!(hist::events_of(&m, &["--limit", "2"]).len(), 2);
 }
 
+/// A .gitignore written through the mount applies from then on, in the directory it is
+/// in and below (the cached verdicts of directories seen before are dropped), and only
+/// there.
+#[test]
+fn a_gitignore_written_through_the_mount_applies_at_once() {
+    let m = Mounted::with(|p| {
+        std::fs::create_dir_all(p.join("sub/deep")).unwrap();
+        std::fs::create_dir(p.join("other")).unwrap();
+    });
+    // Verdicts for these directories are cached before the rules change.
+    for d in ["sub", "sub/deep", "other"] {
+        std::fs::write(m.p(format!("{d}/before.tmp")), "1\n").unwrap();
+    }
+    std::fs::write(m.p("sub/.gitignore"), "*.tmp\n").unwrap();
+    let s = last_seq(&m);
+    assert_eq!(events_after(&m, s - 1)[0]["path"], "sub/.gitignore");
+    for d in ["sub", "sub/deep", "other"] {
+        std::fs::write(m.p(format!("{d}/after.tmp")), "2\n").unwrap();
+    }
+    std::fs::write(m.p("sub/kept"), "3\n").unwrap();
+    let ev = events_after(&m, s);
+    let paths: Vec<&str> = ev.iter().map(|e| e["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["other/after.tmp", "sub/kept"], "{ev:#?}");
+}
+
 /// Ignored paths pass through uncaptured; `include` in the config captures them (after a
 /// remount); a file over `max_size` gets an event with captured=false and `show` refuses
 /// its old content.
