@@ -1,0 +1,13 @@
+//! Issue 14, "nothing is lost": one test binary (jj's pattern, one link) for the holes
+//! independent testing found in capture and restore. Each module pins one invariant of
+//! DESIGN.md section 2 on a real mount.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../hist/mod.rs"]
+mod hist;
+
+mod concurrent;
+mod fsimage;
+mod hardlinks;
+mod reuse;
