@@ -5,6 +5,7 @@
 pub mod config;
 pub mod ignore;
 mod journal;
+pub mod linked;
 pub mod recorder;
 mod recovery;
 mod slots;
@@ -14,6 +15,7 @@ mod worker;
 
 use thiserror::Error;
 
+pub use linked::ContentGuard;
 pub use recorder::{After, Before, Recorder, Ticket};
 pub use staging::hash_file as staging_hash;
 

@@ -205,9 +205,17 @@ pub(super) struct Shared {
     pub(super) max_size: u64,
     /// Queued jobs that hold a descriptor.
     pub(super) slots: super::slots::Slots,
+    /// Before-images kept in staging by a hard link (see `linked.rs`).
+    pub(super) linked: super::linked::Linked,
 }
 
 impl Shared {
+    /// Removes the staged file `name` (its content is stored, or no longer needed).
+    pub(super) fn drop_staged(&self, name: &str) {
+        self.staging.remove(name);
+        self.linked.remove(name);
+    }
+
     pub(super) fn reopen_read(&self, fd: impl AsFd) -> std::io::Result<OwnedFd> {
         use std::os::fd::AsRawFd;
         let name = fd.as_fd().as_raw_fd().to_string();
@@ -229,6 +237,8 @@ pub struct Recorder {
     next_seq: AtomicI64,
     /// Changes committed or cancelled so far (see `changes`).
     ended: AtomicU64,
+    /// See [`Recorder::tree_epoch`].
+    epoch: AtomicU64,
     tx: Sender<Job>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
     ignore: IgnoreRules,
@@ -285,6 +295,7 @@ impl Recorder {
             root,
             max_size: cfg.max_size,
             slots: super::slots::Slots::for_limit(crate::fs::nofile_limit()),
+            linked: Default::default(),
         });
         let last = super::recovery::recover(&shared, agx, &mut timeline)?;
         let reader_root = rustix::io::dup(&shared.root)
@@ -305,6 +316,7 @@ impl Recorder {
             shared,
             next_seq: AtomicI64::new(last.0 + 1),
             ended: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
             tx,
             worker: Mutex::new(Some(worker)),
             ignore,
@@ -337,6 +349,55 @@ impl Recorder {
         (self.last_seq(), ended)
     }
 
+    /// Links of object `key` that are agx's own (before-images kept in staging by a hard
+    /// link), not names in the project.
+    pub fn staged_links(&self, key: InodeKey) -> u64 {
+        self.shared.linked.links(key)
+    }
+
+    /// Locks changes of object `key`'s content and makes it safe to change: held from
+    /// before the change begins (its before-image) until it has taken effect, by every
+    /// change of the object's content, recorded or not (see `linked.rs`). An error (a
+    /// before-image kept by a staging link could not be stored) means the change must not
+    /// be made.
+    pub fn guard(&self, key: InodeKey) -> Result<super::linked::ContentGuard<'_>, Errno> {
+        let g = self.shared.linked.lock(key);
+        self.secure(key)?;
+        Ok(g)
+    }
+
+    /// Locks changes of object `key`'s content for a change that keeps the object by a
+    /// staging link (it loses a name) rather than changing it.
+    pub fn lock(&self, key: InodeKey) -> super::linked::ContentGuard<'_> {
+        self.shared.linked.lock(key)
+    }
+
+    /// Stores every before-image of object `key` kept in staging by a hard link.
+    fn secure(&self, key: InodeKey) -> Result<(), Errno> {
+        self.shared
+            .linked
+            .secure(key, |name| {
+                super::worker::ingest_staged(&self.shared, name, None)
+            })
+            .map_err(|e| {
+                log::error!("cannot store a before-image kept in staging: {e}");
+                match e {
+                    super::CaptureError::Io { source, .. } => enospc_or_eio(&source),
+                    super::CaptureError::Store(crate::store::StoreError::Io { source, .. }) => {
+                        enospc_or_eio(&source)
+                    }
+                    _ => Errno::EIO,
+                }
+            })
+    }
+
+    /// A number that changes whenever agx itself changes the tree behind the mount (a
+    /// restore, a change noticed from outside): names the FUSE front knows from before
+    /// are checked before they are used again.
+    pub fn tree_epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
     pub fn ignore_files_changed(&self) {
         self.ignore.reset();
     }
@@ -355,6 +416,10 @@ impl Recorder {
         target: Option<Before<'_>>,
         note: Option<String>,
     ) -> Result<Option<Ticket>, Errno> {
+        if note.is_some() {
+            // agx's own change (a restore): names known from before may be stale.
+            self.epoch.fetch_add(1, Ordering::SeqCst);
+        }
         let seq = Seq(self.next_seq.fetch_add(1, Ordering::Relaxed));
         self.shared.inflight.fetch_add(1, Ordering::SeqCst);
         let slot = match &before {
@@ -431,7 +496,7 @@ impl Recorder {
                 Ok((s, _, _)) => (Some(s), None),
                 Err(e) => {
                     if let Some(s) = &staged {
-                        self.shared.staging.remove(s);
+                        self.shared.drop_staged(s);
                     }
                     return Err(e);
                 }
@@ -453,6 +518,7 @@ impl Recorder {
             actor,
             note,
         };
+        self.note_rules(&event);
         let mut ticket = Ticket::from_parts(event, staged, target_staged, inline, None);
         ticket.stamps.begun = begun;
         let rec = Record::Begin {
@@ -480,10 +546,10 @@ impl Recorder {
 
     fn remove_staged(&self, t: &Ticket) {
         if let Some(s) = &t.staged {
-            self.shared.staging.remove(s);
+            self.shared.drop_staged(s);
         }
         if let Some(s) = &t.target_staged {
-            self.shared.staging.remove(s);
+            self.shared.drop_staged(s);
         }
     }
 
@@ -570,6 +636,7 @@ impl Recorder {
         }
         if let Some((dir, entry)) = link {
             if self.shared.staging.link(dir, entry, name).is_ok() {
+                self.shared.linked.add(key_of(&st), name);
                 return Ok((state, Held::Staged(name.to_string()), true));
             }
         }
@@ -599,8 +666,28 @@ impl Recorder {
         Ok((state, Held::Staged(name.to_string()), true))
     }
 
+    /// Drops the ignore rules `e` may change: it changes an ignore file, or moves or
+    /// removes a directory (which may hold some). Every way such a change is made (the
+    /// mount, a restore or oops, a change noticed from outside) goes through here, at its
+    /// beginning and at its end.
+    fn note_rules(&self, e: &Event) {
+        let dir_change = matches!(e.op, Op::Rename | Op::Exchange | Op::Rmdir)
+            && (e.before.kind == Kind::Dir
+                || e.target_before
+                    .as_ref()
+                    .is_some_and(|t| t.kind == Kind::Dir));
+        let names_rules = |p: &[u8]| {
+            let base = p.rsplit(|c| *c == b'/').next().unwrap_or(p);
+            super::ignore::is_ignore_file(base)
+        };
+        if dir_change || names_rules(&e.path) || e.to_path.as_deref().is_some_and(names_rules) {
+            self.ignore.reset();
+        }
+    }
+
     /// Finishes an event with the state after the mutation.
     pub fn commit(&self, mut t: Ticket, after: After) {
+        self.note_rules(&t.event);
         let known_after = match &after {
             After::State(s) => Some(s.clone()),
             After::Absent => Some(ObjState::absent()),

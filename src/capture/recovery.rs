@@ -183,7 +183,7 @@ pub(super) fn recover(
     for (seq, (event, staged, target_staged, inline)) in begins {
         if cancels.contains(&seq) {
             for s in [&staged, &target_staged].into_iter().flatten() {
-                shared.staging.remove(s);
+                shared.drop_staged(s);
             }
             continue;
         }
@@ -269,7 +269,7 @@ pub(super) fn recover(
             continue;
         }
         match ingest_staged(shared, &name, None) {
-            Ok(_) => shared.staging.remove(&name),
+            Ok(_) => shared.drop_staged(&name),
             Err(e) => log::error!("staging: cannot store leftover {name}: {e}"),
         }
     }

@@ -6,7 +6,7 @@ use rustix::fs::{FileType, Stat};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::InodeKey;
-use crate::timeline::{Kind, Meta};
+use crate::timeline::{Kind, Meta, ObjId};
 
 pub fn kind_of(st: &Stat) -> Kind {
     match FileType::from_raw_mode(st.st_mode) {
@@ -86,6 +86,28 @@ pub fn meta_of(fd: impl AsFd, st: &Stat) -> Meta {
         dev: st.st_dev,
         ino: st.st_ino,
         nlink: st.st_nlink,
+        btime: btime_of(&fd),
+    }
+}
+
+/// The birth time of the object behind `fd` (an `O_PATH` descriptor will do), in
+/// nanoseconds since the epoch; 0 where the filesystem keeps none.
+pub fn btime_of(fd: impl AsFd) -> i64 {
+    use rustix::fs::{statx, AtFlags, StatxFlags};
+    match statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::BTIME) {
+        Ok(x) if x.stx_mask & StatxFlags::BTIME.bits() != 0 => {
+            x.stx_btime.tv_sec * 1_000_000_000 + x.stx_btime.tv_nsec as i64
+        }
+        _ => 0,
+    }
+}
+
+/// The identity of the object behind `fd` whose stat is `st` (see [`ObjId`]).
+pub fn id_of(fd: impl AsFd, st: &Stat) -> ObjId {
+    ObjId {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        btime: btime_of(fd),
     }
 }
 

@@ -130,7 +130,13 @@ fn settle_staged(
     name: &str,
     base: Option<&ContentHash>,
 ) -> (Option<ContentHash>, bool) {
-    match ingest_staged(shared, name, base) {
+    // A staging link of the object itself may have been stored already, before a change
+    // of the object's content (see `linked.rs`): that version is the before-image.
+    let stored = shared
+        .linked
+        .settle(name, || ingest_staged(shared, name, base))
+        .unwrap_or_else(|| ingest_staged(shared, name, base));
+    match stored {
         Ok(h) => (Some(h), true),
         Err(err) => {
             log::error!("event {seq}: keeping staged before-image {name}: {err}");
@@ -163,7 +169,7 @@ impl Finished {
     /// Removes the staged files this event no longer needs.
     pub fn clean(&self, shared: &Shared) {
         for name in &self.stored {
-            shared.staging.remove(name);
+            shared.drop_staged(name);
         }
     }
 }

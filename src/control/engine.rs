@@ -14,8 +14,7 @@ use crate::capture::config::Config;
 use crate::capture::{CaptureError, Recorder};
 use crate::ids::Seq;
 use crate::restore::diff::FileDiff;
-use crate::restore::model::Model;
-use crate::restore::plan::{resolve, Content};
+use crate::restore::plan::Content;
 use crate::restore::{Report, RestoreError};
 use crate::store::Store;
 use crate::timeline::refs::{self, RefError};
@@ -244,16 +243,16 @@ impl Engine {
         label: &str,
     ) -> Result<Vec<u8>, EngineError> {
         let events = self.tl().events_after(point)?;
-        let mut m = Model::new();
-        m.undo_all(events.iter());
+        let state = crate::restore::State::before(&events);
         let name = String::from_utf8_lossy(path).into_owned();
         let r = label;
-        let mut want = resolve(&self.root, m.lookup(path)).ok_or_else(|| EngineError::Absent {
-            path: name.clone(),
-            at: r.to_string(),
-        })?;
-        // What was recorded through the file's other names (hard links) counts too.
-        crate::restore::links::History::from_events(&events).correct(&mut want);
+        let want = state
+            .want(&self.root, path)
+            .map_err(|e| io(name.clone())(e.into()))?
+            .ok_or_else(|| EngineError::Absent {
+                path: name.clone(),
+                at: r.to_string(),
+            })?;
         match want.kind {
             Kind::Dir => Err(EngineError::IsDir {
                 path: name,

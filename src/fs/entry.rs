@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fuser::{Errno, FileAttr};
-use rustix::fs::{AtFlags, FileType as RxType, Gid, Mode, RenameFlags, Stat, Uid};
+use rustix::fs::{AtFlags, FileType as RxType, Gid, Mode, RenameFlags, Uid};
 
 use super::{AgxFs, OrErrno};
 use std::os::fd::{AsFd, OwnedFd};
@@ -150,7 +150,7 @@ impl AgxFs {
     ) -> Result<FileAttr, Errno> {
         let p = self.writable_parent(parent, name)?;
         let pfd = self.fd(&p)?;
-        let path = self.child_path(&p, name);
+        let path = self.child_path(&p, name)?;
         let is_dir = op == Op::Mkdir;
         let t = self.record(caller.pid, op, path, is_dir, None, Before::Absent, None)?;
         let mode = if op == Op::Symlink {
@@ -225,7 +225,7 @@ impl AgxFs {
         let node = self.node(ino)?;
         let p = self.writable_parent(new_parent, new_name)?;
         let (fd, pfd) = (self.fd(&node)?, self.fd(&p)?);
-        let path = self.child_path(&p, new_name);
+        let path = self.child_path(&p, new_name)?;
         let t = self.record(
             caller.pid,
             Op::Link,
@@ -270,7 +270,11 @@ impl AgxFs {
         let p = self.writable_parent(parent, name)?;
         let pfd = self.fd(&p)?;
         let obj = self.peek(&p, name)?.ok_or(Errno::ENOENT)?;
-        let path = self.child_path(&p, name);
+        // The object may be kept by a staging link: no change of its content may begin
+        // meanwhile (see `capture::linked`).
+        let st = rustix::fs::fstat(&obj).or_errno()?;
+        let _content = self.rec.lock(super::key_of(&st));
+        let path = self.child_path(&p, name)?;
         let (op, before) = if dir {
             (Op::Rmdir, Before::Meta(obj.as_fd()))
         } else {
@@ -294,7 +298,7 @@ impl AgxFs {
         self.finish(t, &r, || After::Absent);
         if r.is_ok() {
             self.note_ignore_file(name);
-            self.keep_reachable(obj);
+            self.lost_name(&p, name, obj);
         }
         r
     }
@@ -314,6 +318,12 @@ impl AgxFs {
         let rflags = RenameFlags::from_bits(flags).ok_or(Errno::EINVAL)?;
         let src = self.peek(&p, name)?.ok_or(Errno::ENOENT)?;
         let dst = self.peek(&np, new_name)?;
+        // A replaced target may be kept by a staging link (see `capture::linked`).
+        let dst_key = match &dst {
+            Some(d) => Some(super::key_of(&rustix::fs::fstat(d).or_errno()?)),
+            None => None,
+        };
+        let _content = dst_key.map(|k| self.rec.lock(k));
         let src_is_dir = rustix::fs::fstat(&src)
             .map(|st| RxType::from_raw_mode(st.st_mode) == RxType::Directory)
             .unwrap_or(false);
@@ -332,44 +342,53 @@ impl AgxFs {
         let t = self.record(
             caller.pid,
             op,
-            self.child_path(&p, name),
+            self.child_path(&p, name)?,
             src_is_dir,
-            self.child_path(&np, new_name),
+            self.child_path(&np, new_name)?,
             Before::Meta(src.as_fd()),
             Some(target),
         )?;
         let r = rustix::fs::renameat_with(&*pfd, name, &*npfd, new_name, rflags).or_errno();
         self.finish(t, &r, || self.after_at(&np, new_name));
         r?;
-        if let (Some(d), false) = (dst, exchange) {
-            self.keep_reachable(d);
+        // Keep the names of the moved objects exact.
+        if let Some(n) = self.known(&src) {
+            n.move_place((p.id, name), (np.id, new_name));
         }
-        // Keep the recorded places of the moved objects current.
-        self.note_place(&np, new_name);
-        if exchange {
-            self.note_place(&p, name);
+        match (dst, exchange) {
+            (Some(d), true) => {
+                if let Some(n) = self.known(&d) {
+                    n.move_place((np.id, new_name), (p.id, name));
+                }
+            }
+            (Some(d), false) => self.lost_name(&np, new_name, d),
+            (None, _) => {}
         }
         self.note_ignore_file(name);
         self.note_ignore_file(new_name);
         Ok(())
     }
 
-    /// An object lost a name through the mount: if the kernel knows it, its node keeps
-    /// `fd` for good, since it may have no name left to be reopened by.
-    fn keep_reachable(&self, fd: OwnedFd) {
-        if let Ok(st) = rustix::fs::fstat(&fd) {
-            self.inodes.pin(super::key_of(&st), fd);
-        }
+    /// The node of the object behind `fd`, if the kernel knows it.
+    fn known(&self, fd: &OwnedFd) -> Option<Arc<Node>> {
+        let st = rustix::fs::fstat(fd).ok()?;
+        self.inodes.find(super::key_of(&st))
     }
 
-    /// Records that the object now at `parent/name` (if the kernel knows it) lives there.
-    fn note_place(&self, parent: &Node, name: &OsStr) {
-        let Ok(pfd) = self.fd(parent) else { return };
-        if let Ok(st) = rustix::fs::statat(&*pfd, name, AtFlags::SYMLINK_NOFOLLOW) {
-            let st: Stat = st;
-            if let Some(n) = self.inodes.find(super::key_of(&st)) {
-                n.set_place(parent.id, name);
-            }
+    /// The object behind `fd` lost the name `parent/name` through the mount (unlink,
+    /// rename over it). Its node forgets that name and, if the kernel knows it, keeps
+    /// `fd` for good, since it may have no name left to be reopened by. It has none in
+    /// the project when its only links left are agx's own (a before-image kept in
+    /// staging by a hard link).
+    fn lost_name(&self, parent: &Node, name: &OsStr, fd: OwnedFd) {
+        let Ok(st) = rustix::fs::fstat(&fd) else {
+            return;
+        };
+        let key = super::key_of(&st);
+        if let Some(n) = self.inodes.find(key) {
+            let gone = st.st_nlink <= self.rec.staged_links(key);
+            n.drop_place(parent.id, name, gone);
         }
+        self.inodes.pin(key, fd);
     }
 }

@@ -232,6 +232,12 @@ impl AgxFs {
         let handle = fh.and_then(|fh| self.handles.get(fh));
         // A change through a handle whose open is being recorded is part of that event
         // (its after-state is taken at release).
+        // A truncation is a change of content (see `capture::linked`).
+        let _content = if set.size.is_some() {
+            Some(self.rec.guard(node.key)?)
+        } else {
+            None
+        };
         let in_event = matches!(handle.as_deref(), Some(Handle::File(h)) if h.recording())
             || (set.size.is_none() && self.part_of_creation(&node, caller.pid));
         let ticket = if in_event {
@@ -247,7 +253,7 @@ impl AgxFs {
             self.record(
                 caller.pid,
                 op,
-                self.path_of(&node),
+                self.path_of(&node)?,
                 is_dir,
                 None,
                 before,
@@ -281,7 +287,7 @@ impl AgxFs {
             && (st.st_mode & libc::S_ISUID != 0
                 || st.st_mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP);
         let ticket = if loses_bits && !self.part_of_creation(node, caller.pid) {
-            let path = self.path_of(node);
+            let path = self.path_of(node)?;
             self.record(
                 caller.pid,
                 Op::Chown,
@@ -383,12 +389,19 @@ impl AgxFs {
         let node = self.node(ino)?;
         let fd = self.fd(&node)?;
         let oflags = handle_flags(flags);
+        // From the before-image to the truncation of an O_TRUNC open (see
+        // `capture::linked`).
+        let _content = if writes(oflags) {
+            Some(self.rec.guard(node.key)?)
+        } else {
+            None
+        };
         let ticket = if writes(oflags) {
             let before = Before::Content(fd.as_fd());
             self.record(
                 caller.pid,
                 Op::Write,
-                self.path_of(&node),
+                self.path_of(&node)?,
                 false,
                 None,
                 before,
@@ -458,7 +471,7 @@ impl AgxFs {
         let mode = self.creation_mode(&p, &pfd, mode, caller);
         let oflags = handle_flags(flags);
         let user_excl = OFlags::from_bits_retain(flags as u32).contains(OFlags::EXCL);
-        let path = self.child_path(&p, name);
+        let path = self.child_path(&p, name)?;
         let perm = Mode::from_raw_mode(mode & 0o7777);
         // A name that exists is opened, not created (and recorded as a write): a create
         // event is begun only for a name that was free a moment ago, so a crash can never
@@ -513,15 +526,30 @@ impl AgxFs {
             Err(rustix::io::Errno::EXIST) if !user_excl => {
                 self.finish(created, &Err::<(), _>(Errno::EEXIST), || After::Absent);
                 let existing = self.peek(&p, name)?.ok_or(Errno::ENOENT)?;
+                let _content = if writes(oflags) {
+                    let st = rustix::fs::fstat(&existing).or_errno()?;
+                    Some(self.rec.guard(super::key_of(&st))?)
+                } else {
+                    None
+                };
                 let ticket = if writes(oflags) {
                     let before = Before::Content(existing.as_fd());
                     self.record(caller.pid, Op::Write, path, false, None, before, None)?
                 } else {
                     None
                 };
-                let reopened = super::descriptors::retry(|| {
-                    rustix::fs::openat(&*pfd, name, oflags | OFlags::NOFOLLOW, perm)
-                });
+                // The object recorded (and locked) is the one opened: through its own
+                // descriptor when it is a file, never by a name that may have moved on.
+                let is_file = rustix::fs::fstat(&existing)
+                    .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_file());
+                let reopened = if is_file {
+                    self.reopen(existing.as_fd(), oflags)
+                        .map_err(|e| rustix::io::Errno::from_raw_os_error(e.code()))
+                } else {
+                    super::descriptors::retry(|| {
+                        rustix::fs::openat(&*pfd, name, oflags | OFlags::NOFOLLOW, perm)
+                    })
+                };
                 match reopened {
                     Ok(f) => (f, ticket),
                     Err(e) => {
@@ -657,9 +685,7 @@ impl AgxFs {
             }
         }
         if let Some(t) = ticket {
-            let name = f.node.place().1;
             self.rec.commit(t, self.released_content(h));
-            self.note_ignore_file(&name);
         }
     }
 
@@ -780,7 +806,7 @@ impl AgxFs {
         }
         let fd = self.fd(&h.node)?;
         let before = Before::Content(fd.as_fd());
-        self.record(pid, op, self.path_of(&h.node), false, None, before, None)
+        self.record(pid, op, self.path_of(&h.node)?, false, None, before, None)
     }
 
     pub(super) fn do_fallocate(
@@ -792,6 +818,7 @@ impl AgxFs {
         caller: Caller,
     ) -> Result<(), Errno> {
         self.with_file(fh, |h| {
+            let _content = self.rec.guard(h.node.key)?;
             let t = self.content_event(h, Op::Fallocate, caller.pid)?;
             self.kill_setid(&h.node, caller)?;
             let r = rustix::fs::fallocate(
@@ -833,6 +860,7 @@ impl AgxFs {
         let (Handle::File(i), Handle::File(o)) = (&*hin, &*hout) else {
             return Err(Errno::EBADF);
         };
+        let _content = self.rec.guard(o.node.key)?;
         let t = self.content_event(o, Op::Write, caller.pid)?;
         self.kill_setid(&o.node, caller)?;
         let mut off_in = offset_in;

@@ -43,10 +43,19 @@ pub struct Node {
     slot: Mutex<FdSlot>,
     pub kind: FileType,
     lookups: AtomicU64,
-    /// The parent and name under which the kernel last reached this node. Needed where an
-    /// operation cannot act through the descriptor (xattrs of symlinks). It can go stale
-    /// when that name is unlinked while another hard link to the same symlink remains.
-    place: Mutex<(NodeId, OsString)>,
+    /// The names (parent, name) this object is known by, most recently used first: every
+    /// name operation through the mount keeps them exact (a lookup or creation adds one,
+    /// an unlink or a rename over it drops it, a rename moves it). A directory has one;
+    /// a file with hard links may have several, and names the kernel never looked up are
+    /// not here (see `AgxFs::path_of`). Empty once the object has lost every known name.
+    places: Mutex<Vec<(NodeId, OsString)>>,
+    /// The object has no name left in the project (its last link went through the
+    /// mount): changes to it change no path, so they are not recorded.
+    nameless: std::sync::atomic::AtomicBool,
+    /// The tree epoch (see `Recorder::tree_epoch`) at which `places` were last known to
+    /// be right: agx's own restores change the backing tree behind the table, and a name
+    /// from before one is checked before it is used.
+    confirmed: AtomicU64,
     pub backing: Mutex<BackingSlot>,
     /// Open handles that may write to this node.
     writers: std::sync::atomic::AtomicU32,
@@ -58,6 +67,10 @@ pub struct Node {
     created: Mutex<Option<(u32, std::time::Instant)>>,
 }
 
+/// How many names of one object a node keeps. An object with more hard links than this
+/// that loses every kept one is found again by a search (`AgxFs::path_of`).
+const MAX_NAMES: usize = 8;
+
 impl Node {
     fn new(id: NodeId, key: InodeKey, kind: FileType, place: (NodeId, OsString)) -> Node {
         Node {
@@ -66,7 +79,9 @@ impl Node {
             slot: Mutex::new(FdSlot::default()),
             kind,
             lookups: AtomicU64::new(1),
-            place: Mutex::new(place),
+            places: Mutex::new(vec![place]),
+            nameless: Default::default(),
+            confirmed: AtomicU64::new(0),
             backing: Mutex::new(BackingSlot::default()),
             writers: Default::default(),
             opens: Default::default(),
@@ -156,15 +171,64 @@ impl Node {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| w.checked_sub(1));
     }
 
-    pub fn place(&self) -> (NodeId, OsString) {
-        self.place.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    fn places_mut(&self) -> std::sync::MutexGuard<'_, Vec<(NodeId, OsString)>> {
+        self.places.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn set_place(&self, parent: NodeId, name: &OsStr) {
-        let mut p = self.place.lock().unwrap_or_else(|e| e.into_inner());
-        if p.0 != parent || p.1 != name {
-            *p = (parent, name.to_os_string());
+    /// The most recently used known name, if any.
+    pub fn place(&self) -> Option<(NodeId, OsString)> {
+        self.places_mut().first().cloned()
+    }
+
+    /// Every known name, most recently used first.
+    pub fn places(&self) -> Vec<(NodeId, OsString)> {
+        self.places_mut().clone()
+    }
+
+    /// The object is (also) `parent/name`: that name becomes the first one.
+    pub fn add_place(&self, parent: NodeId, name: &OsStr) {
+        let mut p = self.places_mut();
+        if p.first().is_some_and(|(d, n)| *d == parent && n == name) {
+            return;
         }
+        p.retain(|(d, n)| !(*d == parent && n == name));
+        p.insert(0, (parent, name.to_os_string()));
+        p.truncate(MAX_NAMES);
+        self.nameless.store(false, Ordering::Relaxed);
+    }
+
+    /// The object lost the name `parent/name`; `gone` says it has no name left in the
+    /// project. Returns whether no known name remains.
+    pub fn drop_place(&self, parent: NodeId, name: &OsStr, gone: bool) -> bool {
+        let mut p = self.places_mut();
+        p.retain(|(d, n)| !(*d == parent && n == name));
+        if gone {
+            self.nameless.store(true, Ordering::Relaxed);
+        }
+        p.is_empty()
+    }
+
+    /// The object moved from `from` to `to` (a rename through the mount).
+    pub fn move_place(&self, from: (NodeId, &OsStr), to: (NodeId, &OsStr)) {
+        {
+            let mut p = self.places_mut();
+            p.retain(|(d, n)| !(*d == from.0 && n == from.1));
+        }
+        self.add_place(to.0, to.1);
+    }
+
+    /// Whether the object is known to have no name left in the project.
+    pub fn nameless(&self) -> bool {
+        self.nameless.load(Ordering::Relaxed)
+    }
+
+    /// The tree epoch at which the names were last known right.
+    pub fn confirmed(&self) -> u64 {
+        self.confirmed.load(Ordering::Relaxed)
+    }
+
+    pub fn set_confirmed(&self, epoch: u64) {
+        self.confirmed.store(epoch, Ordering::Relaxed);
     }
 }
 
@@ -244,7 +308,7 @@ impl InodeTable {
             match maps.by_key.get(&key).and_then(|id| maps.by_id.get(id)) {
                 Some(node) => {
                     node.lookups.fetch_add(1, Ordering::Relaxed);
-                    node.set_place(parent, name);
+                    node.add_place(parent, name);
                     node.clone()
                 }
                 None => {
@@ -268,13 +332,31 @@ impl InodeTable {
         }
     }
 
-    /// Reopens `node` at its place, through its parent's descriptor.
+    /// Reopens `node` by one of its names, through the parent's descriptor. A name that
+    /// now holds another object is skipped (never another object's data): ESTALE when
+    /// none is left.
     fn warm(&self, node: &Node, depth: usize) -> Result<Arc<OwnedFd>, Errno> {
         // Deeper than any path the kernel can hand us: a cycle of stale places.
         if depth > 2048 {
             return Err(Errno::ESTALE);
         }
-        let (pid, name) = node.place();
+        let mut last = Errno::ESTALE;
+        for (pid, name) in node.places() {
+            match self.warm_at(node, pid, &name, depth) {
+                Ok(fd) => return Ok(fd),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    fn warm_at(
+        &self,
+        node: &Node,
+        pid: NodeId,
+        name: &OsStr,
+        depth: usize,
+    ) -> Result<Arc<OwnedFd>, Errno> {
         if pid == node.id {
             return Err(Errno::ESTALE);
         }
@@ -286,7 +368,7 @@ impl InodeTable {
         let fd = super::descriptors::retry(|| {
             rustix::fs::openat(
                 &*pfd,
-                &name,
+                name,
                 OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::empty(),
             )

@@ -117,7 +117,7 @@ impl<T> OrErrno<T> for std::io::Result<T> {
     }
 }
 
-pub(crate) fn key_of(st: &Stat) -> InodeKey {
+pub fn key_of(st: &Stat) -> InodeKey {
     InodeKey {
         dev: st.st_dev,
         ino: st.st_ino,

@@ -23,14 +23,14 @@ const MAX_DEPTH: usize = 4096;
 pub const CREATION_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl AgxFs {
-    /// The project-relative path under which the kernel last reached `node` ("" for the
-    /// root); None if some ancestor is no longer known.
-    pub(super) fn path_of(&self, node: &Node) -> Option<Vec<u8>> {
-        let mut parts: Vec<std::ffi::OsString> = Vec::new();
-        let (mut parent, mut name) = node.place();
+    /// The project-relative path of a directory by the names its nodes were last reached
+    /// under ("" for the root); None if some ancestor is no longer known.
+    fn dir_path(&self, node: &Node) -> Option<Vec<u8>> {
         if node.id == NodeId::ROOT {
             return Some(Vec::new());
         }
+        let mut parts: Vec<std::ffi::OsString> = Vec::new();
+        let (mut parent, mut name) = node.place()?;
         for _ in 0..MAX_DEPTH {
             parts.push(name);
             if parent == NodeId::ROOT {
@@ -44,19 +44,81 @@ impl AgxFs {
                 return Some(out);
             }
             let p = self.inodes.get(parent)?;
-            (parent, name) = p.place();
+            (parent, name) = p.place()?;
         }
         None
     }
 
-    /// The path of `name` in `parent`.
-    pub(super) fn child_path(&self, parent: &Node, name: &OsStr) -> Option<Vec<u8>> {
-        let mut p = self.path_of(parent)?;
+    /// Whether the object at `path` (resolved beneath the root, no symlinks) is `node`'s.
+    fn is_at(&self, node: &Node, path: &[u8]) -> Result<bool, Errno> {
+        match crate::restore::live::stat_checked(&*self.root_fd(), path) {
+            Ok(Some(o)) => Ok(super::key_of(&o.stat) == node.key),
+            Ok(None) => Ok(false),
+            Err(e) => Err(super::errno(e)),
+        }
+    }
+
+    /// A name `node` has now, under which a change of it is recorded. Names kept by the
+    /// node are exact for every change made through the mount; after one of agx's own
+    /// restores (a new tree epoch) a name is checked before it is used. `Ok(None)`: the
+    /// object has no name in the project (its last one went through the mount, or it is
+    /// linked only from outside the project), so changing it changes no path. An error
+    /// (the tree cannot be looked at) fails the request: a change whose name cannot be
+    /// determined never goes through unrecorded.
+    pub(super) fn path_of(&self, node: &Node) -> Result<Option<Vec<u8>>, Errno> {
+        if node.id == NodeId::ROOT {
+            return Ok(Some(Vec::new()));
+        }
+        let epoch = self.rec.tree_epoch();
+        let trusted = node.confirmed() == epoch;
+        for (parent, name) in node.places() {
+            let path = self
+                .inodes
+                .get(parent)
+                .and_then(|p| self.dir_path(&p))
+                .map(|mut p| {
+                    if !p.is_empty() {
+                        p.push(b'/');
+                    }
+                    p.extend_from_slice(name.as_bytes());
+                    p
+                });
+            let Some(path) = path else { continue };
+            if trusted {
+                return Ok(Some(path));
+            }
+            if self.is_at(node, &path)? {
+                node.set_confirmed(epoch);
+                return Ok(Some(path));
+            }
+            node.drop_place(parent, &name, false);
+        }
+        if node.nameless() {
+            return Ok(None);
+        }
+        // Every known name is gone, but the object may have others the kernel never
+        // looked up (hard links): find one.
+        let found = search(&self.root_fd(), node.key).map_err(super::errno)?;
+        if found.is_none() {
+            log::debug!(
+                "node {} has no name in the project: its change is not a change of the tree",
+                node.id
+            );
+            node.drop_place(NodeId(0), std::ffi::OsStr::new(""), true);
+        }
+        Ok(found)
+    }
+
+    /// The path of `name` in the directory `parent` (see [`AgxFs::path_of`]).
+    pub(super) fn child_path(&self, parent: &Node, name: &OsStr) -> Result<Option<Vec<u8>>, Errno> {
+        let Some(mut p) = self.path_of(parent)? else {
+            return Ok(None);
+        };
         if !p.is_empty() {
             p.push(b'/');
         }
         p.extend_from_slice(name.as_bytes());
-        Some(p)
+        Ok(Some(p))
     }
 
     /// Begins recording a change of `path` by process `pid`, unless the path is ignored
@@ -76,8 +138,8 @@ impl AgxFs {
         if !self.cfg.capture {
             return Ok(None);
         }
+        // No name in the project: nothing in the tree changes (see `path_of`).
         let Some(path) = path else {
-            log::warn!("{op:?}: the path of a node is unknown; not recorded");
             return Ok(None);
         };
         let ignored = self.rec.is_ignored(&path, is_dir)
@@ -180,4 +242,49 @@ pub(super) fn setattr_op(size: bool, mode: bool, owner: bool) -> Op {
     } else {
         Op::Utimens
     }
+}
+
+/// A path beneath `root` of the object `key` (not in `.agx` or git's object store), by a
+/// walk of the tree: for an object whose known names are all gone while it keeps others.
+/// Rare (hard links the kernel never looked up), so it trades time for an exact answer.
+fn search(
+    root: &std::os::fd::OwnedFd,
+    key: crate::ids::InodeKey,
+) -> rustix::io::Result<Option<Vec<u8>>> {
+    use rustix::fs::{AtFlags, FileType, OFlags};
+    let mut dirs: Vec<Vec<u8>> = vec![Vec::new()];
+    while let Some(rel) = dirs.pop() {
+        let fd = match crate::restore::live::open_beneath(
+            root,
+            &rel,
+            OFlags::RDONLY | OFlags::DIRECTORY,
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in rustix::fs::Dir::read_from(&fd)? {
+            let entry = entry?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let path = crate::restore::model_join(&rel, name);
+            if path == crate::fs::AGX_DIR_NAME.as_bytes() || path == b".git/objects" {
+                continue;
+            }
+            let st = match rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => return Err(e),
+            };
+            if super::key_of(&st) == key {
+                return Ok(Some(path));
+            }
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory && st.st_dev == key.dev {
+                dirs.push(path);
+            }
+        }
+    }
+    Ok(None)
 }

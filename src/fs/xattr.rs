@@ -37,7 +37,7 @@ pub enum XattrReply {
 impl AgxFs {
     fn xattr_target(&self, node: &Node) -> Result<Target, Errno> {
         if node.kind == fuser::FileType::Symlink {
-            let (parent, name) = node.place();
+            let (parent, name) = node.place().ok_or(Errno::ESTALE)?;
             let p = self.node(parent)?;
             let fd = self.fd(&p)?;
             let mut path = proc_path(&*fd);
@@ -196,7 +196,7 @@ impl AgxFs {
         let is_dir = node.kind == fuser::FileType::Directory;
         let fd = self.fd(node)?;
         let before = Before::Meta(fd.as_fd());
-        self.record(pid, op, self.path_of(node), is_dir, None, before, None)
+        self.record(pid, op, self.path_of(node)?, is_dir, None, before, None)
     }
 
     pub(super) fn do_removexattr(&self, ino: NodeId, name: &OsStr, pid: u32) -> Result<(), Errno> {

@@ -185,6 +185,8 @@ impl Ctx<'_> {
         match step {
             Step::Remove { dir, .. } => {
                 let obj = live::stat(self.root, path).ok_or("it is gone already")?;
+                // The object may be kept by a staging link (see `capture::linked`).
+                let _content = self.recorder.lock(crate::fs::key_of(&obj.stat));
                 self.note_links(&obj);
                 let op = if *dir { Op::Rmdir } else { Op::Unlink };
                 let before = if *dir {

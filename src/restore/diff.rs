@@ -9,9 +9,9 @@ use rustix::fs::OFlags;
 use serde::{Deserialize, Serialize};
 
 use super::live;
-use super::model::Model;
 use super::plan::{resolve, Content, Want};
 use super::RestoreError;
+use super::State;
 use crate::ids::{ContentHash, Seq};
 use crate::store::Store;
 use crate::timeline::{Kind, Timeline};
@@ -102,16 +102,17 @@ pub fn diff(
     to: Option<Seq>,
     only: &[Vec<u8>],
 ) -> Result<Vec<FileDiff>, RestoreError> {
-    let mut model_to = Model::new();
-    if let Some(to) = to {
-        model_to.undo_all(timeline.events_after(to)?.iter());
-    }
-    let between = match to {
-        Some(to) => timeline.events_between(from, to)?,
-        None => timeline.events_after(from)?,
+    let after_from = timeline.events_after(from)?;
+    let between: Vec<_> = match to {
+        Some(to) => after_from.iter().filter(|e| e.seq <= to).cloned().collect(),
+        None => after_from.clone(),
     };
-    let mut model_from = model_to.clone();
-    model_from.undo_all(between.iter());
+    let state_from = State::before(&after_from);
+    let state_to = match to {
+        Some(to) => State::before(&timeline.events_after(to)?),
+        None => State::default(),
+    };
+    let (model_from, model_to) = (state_from.model(), state_to.model());
     let mut paths = BTreeSet::new();
     for e in &between {
         paths.insert(e.path.clone());
@@ -121,13 +122,13 @@ pub fn diff(
     }
     // Paths either model states explicitly (undone directory moves carry entries to paths
     // no event named).
-    for m in [&model_from, &model_to] {
+    for m in [model_from, model_to] {
         paths.extend(m.entries().map(|(k, _)| k.clone()));
     }
     // Directories: their files, live and at both points, are what differ.
     let mut extra = Vec::new();
     for p in &paths {
-        for m in [&model_from, &model_to] {
+        for m in [model_from, model_to] {
             if let Some(w) = resolve(root, m.lookup(p)) {
                 if w.kind == Kind::Dir {
                     if let super::model::Entry::Node(n) = m.lookup(p) {
@@ -161,8 +162,9 @@ pub fn diff(
             continue;
         }
         let name = String::from_utf8_lossy(&p).into_owned();
-        let a = read_side(root, store, resolve(root, model_from.lookup(&p)))?;
-        let b = read_side(root, store, resolve(root, model_to.lookup(&p)))?;
+        let failed = |e: rustix::io::Errno| RestoreError::Other(format!("{name}: {e}"));
+        let a = read_side(root, store, state_from.want(root, &p).map_err(failed)?)?;
+        let b = read_side(root, store, state_to.want(root, &p).map_err(failed)?)?;
         match (a, b) {
             (None, None) => {}
             (None, Some(b)) => added.push((name, b)),

@@ -21,7 +21,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::os::fd::OwnedFd;
 
-use rustix::fs::{AtFlags, FileType, OFlags};
+use rustix::fs::{FileType, OFlags};
 
 use super::live::{self, LiveObj};
 use super::model::{Entry, Model, Node};
@@ -31,8 +31,7 @@ use super::RestoreError;
 use crate::ids::{ContentHash, Seq};
 use crate::timeline::{Event, Kind, Meta};
 
-/// (device, inode number).
-pub type InodeId = (u64, u64);
+pub use crate::timeline::ObjId as InodeId;
 
 /// One recorded state of an inode.
 struct Seen {
@@ -59,7 +58,7 @@ impl History {
                 let Some(m) = s.meta.as_ref().filter(|_| s.kind == Kind::File) else {
                     continue;
                 };
-                let Some(id) = m.inode() else {
+                let Some(id) = m.id() else {
                     continue;
                 };
                 h.linked |= m.nlink > 1;
@@ -125,9 +124,10 @@ pub fn other_names(
     out
 }
 
-/// Calls `found` with every regular file below `rel` and its inode. (Every file is
-/// stat'ed: readdir's inode numbers are not st_ino on every filesystem.) One descriptor
-/// per level.
+/// Calls `found` with every regular file below `rel` and its identity. (Every file is
+/// stat'ed: readdir's inode numbers are not st_ino on every filesystem, and the birth
+/// time tells a file that reused a recorded file's inode number from that file.) One
+/// descriptor per level.
 fn walk(root: &OwnedFd, rel: Vec<u8>, found: &mut dyn FnMut(&[u8], InodeId)) {
     let Ok(fd) = live::open_beneath(root, &rel, OFlags::RDONLY | OFlags::DIRECTORY) else {
         return;
@@ -146,16 +146,14 @@ fn walk(root: &OwnedFd, rel: Vec<u8>, found: &mut dyn FnMut(&[u8], InodeId)) {
             continue;
         }
         let ft = match entry.file_type() {
-            FileType::Unknown | FileType::RegularFile => {
-                match rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
-                    Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
-                        found(&path, (st.st_dev, st.st_ino));
-                        continue;
-                    }
-                    Ok(st) => FileType::from_raw_mode(st.st_mode),
-                    Err(_) => continue,
+            FileType::Unknown | FileType::RegularFile => match live::id_at(&fd, live::os(name)) {
+                Some((FileType::RegularFile, id)) => {
+                    found(&path, id);
+                    continue;
                 }
-            }
+                Some((t, _)) => t,
+                None => continue,
+            },
             t => t,
         };
         if ft == FileType::Directory {
@@ -169,9 +167,7 @@ fn walk(root: &OwnedFd, rel: Vec<u8>, found: &mut dyn FnMut(&[u8], InodeId)) {
 }
 
 fn live_file(h: &Option<LiveObj>) -> Option<InodeId> {
-    h.as_ref()
-        .filter(|h| h.kind == Kind::File)
-        .map(|h| (h.stat.st_dev, h.stat.st_ino))
+    h.as_ref().filter(|h| h.kind == Kind::File).map(|h| h.id())
 }
 
 /// Plans the names (sorted) that were one file, inode `id`, at the point: the first name

@@ -10,7 +10,7 @@ use rustix::fs::{Mode, OFlags, ResolveFlags, Stat};
 
 use crate::capture::state::{kind_of, meta_of};
 use crate::ids::ContentHash;
-use crate::timeline::{Kind, Meta};
+use crate::timeline::{Kind, Meta, ObjId};
 
 pub fn os(p: &[u8]) -> &OsStr {
     OsStr::from_bytes(p)
@@ -66,6 +66,35 @@ impl LiveObj {
     pub fn meta(&self) -> Meta {
         meta_of(&self.fd, &self.stat)
     }
+
+    /// Which object this is (see [`ObjId`]).
+    pub fn id(&self) -> ObjId {
+        crate::capture::state::id_of(&self.fd, &self.stat)
+    }
+}
+
+/// The type and identity of `name` in the directory `dir` (not following a symlink), with
+/// one `statx`; None when it cannot be looked at.
+pub fn id_at(dir: impl AsFd, name: &OsStr) -> Option<(rustix::fs::FileType, ObjId)> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let x = rustix::fs::statx(
+        dir,
+        name,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::TYPE | StatxFlags::INO | StatxFlags::BTIME,
+    )
+    .ok()?;
+    let btime = if x.stx_mask & StatxFlags::BTIME.bits() != 0 {
+        x.stx_btime.tv_sec * 1_000_000_000 + x.stx_btime.tv_nsec as i64
+    } else {
+        0
+    };
+    let id = ObjId {
+        dev: rustix::fs::makedev(x.stx_dev_major, x.stx_dev_minor),
+        ino: x.stx_ino,
+        btime,
+    };
+    Some((rustix::fs::FileType::from_raw_mode(x.stx_mode as u32), id))
 }
 
 /// The object at `rel`, or None when nothing is there (or the path runs through a

@@ -8,6 +8,7 @@ pub mod live;
 pub mod model;
 pub mod plan;
 mod sources;
+pub mod state;
 mod steps;
 mod write;
 
@@ -15,6 +16,7 @@ use thiserror::Error;
 
 pub use apply::{apply, Report, Why};
 pub use plan::{Content, Plan, Step};
+pub use state::State;
 
 #[derive(Debug, Error)]
 pub enum RestoreError {

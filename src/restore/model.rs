@@ -172,7 +172,7 @@ impl Model {
                 let now = self.lookup(p);
                 // A restore writes a new file and renames it into place: its write
                 // replaces the object. Every other content change is made in place.
-                let inode = |s: &crate::timeline::ObjState| s.meta.as_ref().and_then(|m| m.inode());
+                let inode = |s: &crate::timeline::ObjState| s.meta.as_ref().and_then(|m| m.id());
                 let replaced = matches!(
                     (inode(&e.before), inode(&e.after)),
                     (Some(b), Some(a)) if a != b
@@ -252,7 +252,7 @@ impl Model {
     /// belongs to another object); `links::History` still counts it for its inode. A
     /// mirrored live object's inode is checked in `plan::resolve`.
     fn elsewhere(now: &Entry, before: &crate::timeline::ObjState) -> bool {
-        let Some(was) = before.meta.as_ref().and_then(|m| m.inode()) else {
+        let Some(was) = before.meta.as_ref().and_then(|m| m.id()) else {
             return false;
         };
         match now {
@@ -260,7 +260,7 @@ impl Model {
             Entry::Node(n) => n
                 .meta
                 .as_ref()
-                .and_then(|m| m.inode())
+                .and_then(|m| m.id())
                 .is_some_and(|i| i != was),
         }
     }

@@ -8,9 +8,9 @@ use std::os::fd::OwnedFd;
 
 use serde::Serialize;
 
-use super::links::{self, History, InodeId};
+use super::links::{self, InodeId};
 use super::live::{self, LiveObj};
-use super::model::{Entry, Model, Node};
+use super::model::{Entry, Node};
 use super::steps::Steps;
 use super::RestoreError;
 use crate::ids::{ContentHash, Seq};
@@ -197,7 +197,7 @@ pub fn resolve(root: &OwnedFd, e: Entry) -> Option<Want> {
 
 /// Like [`resolve`], with a live object that cannot be looked at as an error.
 pub fn resolve_checked(root: &OwnedFd, e: Entry) -> Result<Option<Want>, rustix::io::Errno> {
-    let mut n = match e {
+    let n = match e {
         Entry::Absent => return Ok(None),
         Entry::Node(n) => n,
     };
@@ -209,15 +209,11 @@ pub fn resolve_checked(root: &OwnedFd, e: Entry) -> Result<Option<Want>, rustix:
         // outside the mount): the recorded state still stands.
         return Ok(n.hash.is_some().then(|| recorded(n)).flatten());
     };
-    let id = (lx.stat.st_dev, lx.stat.st_ino);
-    if n.meta
-        .as_ref()
-        .and_then(|m| m.inode())
-        .is_some_and(|i| i != id)
-    {
-        // Recorded of another object (see `Model::undo`): the live object as it is.
-        n = Node::live(&src);
-    }
+    // Events are recorded under a name the object has when they begin (`fs::record`)
+    // and changes made outside agx become events of their own (`capture::outside`), so
+    // the live object at a mirrored path is the one the recorded parts of `n` were read
+    // from: its identity is the point's.
+    let id = lx.id();
     let kind = n.kind.unwrap_or(lx.kind);
     let lmeta = lx.meta();
     let content = (kind == Kind::File).then(|| match n.hash {
@@ -253,7 +249,7 @@ fn recorded(n: Node) -> Option<Want> {
         inode: n
             .meta
             .as_ref()
-            .and_then(|m| m.inode())
+            .and_then(|m| m.id())
             .filter(|_| kind == Kind::File),
         meta: n.meta,
         captured: n.captured,
@@ -283,9 +279,8 @@ impl Plan {
         only: &[Vec<u8>],
         max_size: u64,
     ) -> Result<Plan, RestoreError> {
-        let mut model = Model::new();
-        model.undo_all(events.iter());
-        let history = History::from_events(events);
+        let state = super::State::before(events);
+        let (model, history) = (state.model(), state.links());
 
         let mut cand: BTreeSet<Vec<u8>> = BTreeSet::new();
         for e in events {
@@ -322,7 +317,7 @@ impl Plan {
         }
         cand.extend(extra);
         if history.linked() {
-            let others = links::other_names(root, &model, &history, &cand);
+            let others = links::other_names(root, model, history, &cand);
             cand.extend(others);
         }
 
@@ -337,14 +332,11 @@ impl Plan {
                 continue;
             }
             let failed = |e| RestoreError::Other(format!("{}: {e}", String::from_utf8_lossy(&c)));
-            let mut want = resolve_checked(root, model.lookup(&c)).map_err(failed)?;
+            let want = state.want(root, &c).map_err(failed)?;
             let have = live::stat_checked(root, &c).map_err(failed)?;
             if is_git_objects(&c) && !git_objects_step(want.as_ref(), have.as_ref(), store_at_point)
             {
                 continue;
-            }
-            if let Some(w) = &mut want {
-                history.correct(w);
             }
             match want {
                 Some(w) if w.inode.is_some() => {

@@ -112,6 +112,11 @@ impl Ctx<'_> {
             set_meta(&tfd, parent, tmp.as_bytes(), Kind::File, m)
                 .map_err(|e| cleanup(e.to_string()))?;
         }
+        // A replaced file may be kept by a staging link (see `capture::linked`).
+        let replaced = live::stat(self.root, path).filter(|_| replace);
+        let _content = replaced
+            .as_ref()
+            .map(|o| self.recorder.lock(crate::fs::key_of(&o.stat)));
         let t = self
             .begin_replace(Op::Write, path, parent, name, replace)
             .map_err(&cleanup)?;
@@ -176,6 +181,10 @@ impl Ctx<'_> {
             let _ = rustix::fs::unlinkat(parent, tmp.as_str(), AtFlags::empty());
             e
         };
+        let replaced = live::stat(self.root, path);
+        let _content = replaced
+            .as_ref()
+            .map(|o| self.recorder.lock(crate::fs::key_of(&o.stat)));
         let t = self
             .begin_replace(Op::Link, path, parent, name, true)
             .map_err(&cleanup)?;

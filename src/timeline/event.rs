@@ -49,16 +49,40 @@ pub struct Meta {
     pub ino: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub nlink: u64,
+    /// The object's birth time (nanoseconds since the epoch; 0: not known, as on
+    /// filesystems without birth times and in events older than this field).
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    pub btime: i64,
 }
 
 impl Meta {
-    /// The inode this state was read from, when recorded.
-    pub fn inode(&self) -> Option<(u64, u64)> {
-        (self.ino != 0).then_some((self.dev, self.ino))
+    /// The object this state was read from, when recorded.
+    pub fn id(&self) -> Option<ObjId> {
+        (self.ino != 0).then_some(ObjId {
+            dev: self.dev,
+            ino: self.ino,
+            btime: self.btime,
+        })
     }
 }
 
+/// Which object a state was read from. An inode number is reused once its object is gone
+/// (ext4 hands a freed number out again at once), so the number alone never says two
+/// states were of one object: with the birth time it does. Where the filesystem keeps no
+/// birth time (or for events recorded before agx read it), `btime` is 0 on every state
+/// and the number decides alone, as it can while both objects are alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjId {
+    pub dev: u64,
+    pub ino: u64,
+    pub btime: i64,
+}
+
 fn is_zero(x: &u64) -> bool {
+    *x == 0
+}
+
+fn is_zero_i64(x: &i64) -> bool {
     *x == 0
 }
 

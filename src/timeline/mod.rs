@@ -18,7 +18,7 @@ use std::path::Path;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use thiserror::Error;
 
-pub use event::{Actor, Event, Kind, Meta, ObjState, Op};
+pub use event::{Actor, Event, Kind, Meta, ObjId, ObjState, Op};
 
 use crate::ids::{ContentHash, Seq};
 

@@ -19,7 +19,7 @@ impl Views {
             return Err(ViewError::NotDir);
         }
         let mut names: BTreeSet<Vec<u8>> = BTreeSet::new();
-        if let Entry::Node(n) = s.model.lookup(dir) {
+        if let Entry::Node(n) = s.state.model().lookup(dir) {
             if let Some(src) = &n.src {
                 names.extend(live::list(&self.root, src));
             }
@@ -28,7 +28,7 @@ impl Views {
         if !prefix.is_empty() {
             prefix.push(b'/');
         }
-        for (k, _) in s.model.entries() {
+        for (k, _) in s.state.model().entries() {
             if let Some(rest) = k.strip_prefix(prefix.as_slice()) {
                 let first = rest.split(|c| *c == b'/').next().unwrap_or_default();
                 if !first.is_empty() {

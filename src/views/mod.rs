@@ -25,7 +25,7 @@ use thiserror::Error;
 
 use crate::capture::Recorder;
 use crate::ids::Seq;
-use crate::restore::model::Model;
+use crate::restore::State;
 use crate::store::Store;
 use crate::timeline::{refs, Timeline, TimelineError};
 
@@ -61,7 +61,7 @@ const CACHED_MODELS: usize = 16;
 pub struct Snapshot {
     pub point: Seq,
     pub key: (Seq, u64),
-    pub model: Arc<Model>,
+    pub state: Arc<State>,
 }
 
 pub struct Views {
@@ -118,12 +118,10 @@ impl Views {
         // releases on their way, which other requests deliver.
         self.recorder.flush_queue();
         let events = self.tl().events_after(point)?;
-        let mut m = Model::new();
-        m.undo_all(events.iter());
         let s = Snapshot {
             point,
             key,
-            model: Arc::new(m),
+            state: Arc::new(State::before(&events)),
         };
         let mut models = self.models.lock().unwrap_or_else(|e| e.into_inner());
         if models.len() >= CACHED_MODELS {

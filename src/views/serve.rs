@@ -7,7 +7,7 @@ use rustix::fs::OFlags;
 
 use super::{Snapshot, ViewError, Views};
 use crate::restore::live;
-use crate::restore::plan::{resolve, Content, Want};
+use crate::restore::plan::{Content, Want};
 use crate::timeline::Kind;
 
 /// What `stat` shows for an object of a view.
@@ -43,7 +43,10 @@ impl Views {
         if hidden(path) {
             return Err(ViewError::NotFound);
         }
-        resolve(&self.root, s.model.lookup(path)).ok_or(ViewError::NotFound)
+        s.state
+            .want(&self.root, path)
+            .map_err(std::io::Error::from)?
+            .ok_or(ViewError::NotFound)
     }
 
     pub fn attr(&self, s: &Snapshot, path: &[u8]) -> Result<Attr, ViewError> {

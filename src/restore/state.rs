@@ -1,0 +1,47 @@
+//! The tree at a point, as restore, show, diff, blame and the views all see it: the path
+//! model of `model.rs` (events undone newest first over the live tree) and what was
+//! recorded of each file through its other names (`links.rs`). One rule everywhere, so
+//! what a view shows is what a restore would bring back.
+
+use std::os::fd::OwnedFd;
+
+use super::links::History;
+use super::model::Model;
+use super::plan::{resolve_checked, Want};
+use crate::timeline::Event;
+
+#[derive(Default)]
+pub struct State {
+    model: Model,
+    links: History,
+}
+
+impl State {
+    /// The tree just before `events` (every event after the point, oldest first).
+    pub fn before(events: &[Event]) -> State {
+        let mut model = Model::new();
+        model.undo_all(events.iter());
+        State {
+            model,
+            links: History::from_events(events),
+        }
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn links(&self) -> &History {
+        &self.links
+    }
+
+    /// The concrete state of `path` at the point (None: nothing was there). A live object
+    /// that cannot be looked at is an error, never taken for an absent one.
+    pub fn want(&self, root: &OwnedFd, path: &[u8]) -> Result<Option<Want>, rustix::io::Errno> {
+        let mut want = resolve_checked(root, self.model.lookup(path))?;
+        if let Some(w) = &mut want {
+            self.links.correct(w);
+        }
+        Ok(want)
+    }
+}
