@@ -10,4 +10,5 @@ mod hist;
 mod concurrent;
 mod fsimage;
 mod hardlinks;
+mod ignore;
 mod reuse;
