@@ -21,13 +21,21 @@ pub struct IgnoreRules {
     read: Reader,
     include: Gitignore,
     exclude: Gitignore,
-    /// Per directory (relative path, "" for the root): its .gitignore matcher.
-    dirs: Mutex<HashMap<PathBuf, Option<Arc<Gitignore>>>>,
+    /// Per directory (relative path, "" for the root): its .gitignore matcher, and the
+    /// ignore files it was read from.
+    dirs: Mutex<HashMap<PathBuf, Option<Matcher>>>,
     /// Per directory: whether it is ignored as a whole (so is everything below it).
     ignored_dirs: Mutex<HashMap<PathBuf, bool>>,
     /// Per directory (its path's bytes): everything that decides about its entries, so an
     /// entry is judged with one lookup (every creation asks, on the request path).
     entries: Mutex<HashMap<Vec<u8>, Arc<DirRules>>>,
+}
+
+/// One directory's rules and the files they come from.
+#[derive(Clone)]
+struct Matcher {
+    rules: Arc<Gitignore>,
+    files: Vec<PathBuf>,
 }
 
 /// What decides about the entries of one directory.
@@ -37,6 +45,21 @@ struct DirRules {
     /// The .gitignore matchers that apply, deepest first (a deeper file's decision wins,
     /// as in git), each with the length of its directory's path.
     chain: Vec<(usize, Arc<Gitignore>)>,
+    /// Every ignore file behind these rules and the directory's own verdict (those of
+    /// the directory and all its ancestors).
+    files: Arc<Vec<PathBuf>>,
+}
+
+/// How the rules judge a path.
+#[derive(Clone, Debug, Default)]
+pub struct Verdict {
+    /// The rules pass it through without capture.
+    pub ignored: bool,
+    /// Ignored whatever else holds: git's object store (content-addressed objects that
+    /// are only ever added; DESIGN.md section 4).
+    pub fixed: bool,
+    /// The ignore files the verdict rests on, when it rests on some.
+    pub files: Arc<Vec<PathBuf>>,
 }
 
 impl DirRules {
@@ -105,53 +128,84 @@ impl IgnoreRules {
             .clear();
     }
 
-    fn matcher(&self, dir: &Path) -> Option<Arc<Gitignore>> {
+    fn matcher(&self, dir: &Path) -> Option<Matcher> {
         let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(m) = dirs.get(dir) {
             return m.clone();
         }
-        let mut text = (self.read)(&dir.join(".gitignore")).unwrap_or_default();
+        let mut files = Vec::new();
+        let gitignore = dir.join(".gitignore");
+        let mut text = match (self.read)(&gitignore) {
+            Some(t) => {
+                files.push(gitignore);
+                t
+            }
+            None => String::new(),
+        };
         if dir.as_os_str().is_empty() {
             if let Some(a) = (self.read)(Path::new(".agxignore")) {
+                files.push(PathBuf::from(".agxignore"));
                 text.push('\n');
                 text.push_str(&a);
             }
         }
-        let m = build(dir, &text).map(Arc::new);
+        let m = build(dir, &text).map(|rules| Matcher {
+            rules: Arc::new(rules),
+            files,
+        });
         dirs.insert(dir.to_path_buf(), m.clone());
         m
     }
 
     /// Whether `rel` (relative to the project root) is passed through without capture.
     pub fn is_ignored(&self, rel: &Path, is_dir: bool) -> bool {
+        self.verdict(rel, is_dir).ignored
+    }
+
+    /// How the rules judge `rel` (relative to the project root, normalized: "a/b", no
+    /// "." or trailing "/").
+    pub fn verdict(&self, rel: &Path, is_dir: bool) -> Verdict {
         if self
             .include
             .matched_path_or_any_parents(rel, is_dir)
             .is_ignore()
         {
-            return false;
+            return Verdict::default();
         }
-        // Paths come normalized ("a/b", no "." or trailing "/"), so bytes compare as paths.
         let bytes = rel.as_os_str().as_bytes();
+        let fixed = Verdict {
+            ignored: true,
+            fixed: true,
+            files: Arc::default(),
+        };
         if bytes == b".git/objects" || bytes.starts_with(b".git/objects/") {
-            return true;
+            return fixed;
         }
         if self
             .exclude
             .matched_path_or_any_parents(rel, is_dir)
             .is_ignore()
         {
-            return true;
+            // The config's own rules: nothing through the mount can write them.
+            return Verdict {
+                ignored: true,
+                fixed: false,
+                files: Arc::default(),
+            };
         }
         if bytes == b".git" {
-            return false;
+            return Verdict::default();
         }
         let parent = match bytes.iter().rposition(|&c| c == b'/') {
             Some(i) => &bytes[..i],
             None => &[][..],
         };
         let rules = self.entry_rules(parent);
-        rules.ignored || rules.matches(bytes, is_dir)
+        Verdict {
+            ignored: rules.ignored || rules.matches(bytes, is_dir),
+            fixed: false,
+            files: rules.files.clone(),
+        }
     }
 
     /// What decides about the entries of directory `dir` (cached).
@@ -167,10 +221,12 @@ impl IgnoreRules {
         let path = Path::new(OsStr::from_bytes(dir));
         let ignored = !dir.is_empty() && self.dir_ignored(path);
         let mut chain = Vec::new();
+        let mut files = Vec::new();
         let mut at = Some(path);
         while let Some(d) = at {
             if let Some(m) = self.matcher(d) {
-                chain.push((d.as_os_str().len(), m));
+                chain.push((d.as_os_str().len(), m.rules.clone()));
+                files.extend(m.files.iter().cloned());
             }
             at = if d.as_os_str().is_empty() {
                 None
@@ -178,7 +234,11 @@ impl IgnoreRules {
                 d.parent()
             };
         }
-        let r = Arc::new(DirRules { ignored, chain });
+        let r = Arc::new(DirRules {
+            ignored,
+            chain,
+            files: Arc::new(files),
+        });
         self.entries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -193,7 +253,7 @@ impl IgnoreRules {
         while let Some(d) = dir {
             if let Some(m) = self.matcher(d) {
                 let rel_to_d = rel.strip_prefix(d).unwrap_or(rel);
-                match m.matched(rel_to_d, is_dir) {
+                match m.rules.matched(rel_to_d, is_dir) {
                     Match::Ignore(_) => return true,
                     Match::Whitelist(_) => return false,
                     Match::None => {}

@@ -3,9 +3,11 @@
 //! change; an error aborts the mutation with that errno and nothing changes.
 
 pub mod config;
+pub mod gitindex;
 pub mod ignore;
 mod journal;
 pub mod linked;
+pub mod policy;
 pub mod recorder;
 mod recovery;
 mod slots;

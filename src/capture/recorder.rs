@@ -207,6 +207,8 @@ pub(super) struct Shared {
     pub(super) slots: super::slots::Slots,
     /// Before-images kept in staging by a hard link (see `linked.rs`).
     pub(super) linked: super::linked::Linked,
+    /// Paths of events not yet in the timeline database.
+    pub(super) recent: super::policy::Recent,
 }
 
 impl Shared {
@@ -242,6 +244,11 @@ pub struct Recorder {
     tx: Sender<Job>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
     ignore: IgnoreRules,
+    /// Which changes pass uncaptured (see `policy.rs`).
+    policy: super::policy::Policy,
+    /// A connection of its own for the policy's questions (request threads ask; the
+    /// worker's connection is the worker's).
+    query: Mutex<Timeline>,
     cfg: CaptureConfig,
     /// Run before each [`Recorder::flush`]: waits for changes whose end is on its way
     /// (see `fs::settle`). Set once by the mount; unset, a flush does not wait for them.
@@ -273,6 +280,7 @@ impl Recorder {
         agx: &OwnedFd,
         cfg: CaptureConfig,
         mut timeline: Timeline,
+        query: Timeline,
     ) -> Result<Recorder, super::CaptureError> {
         let fsync = cfg.fsync == super::config::Fsync::Always;
         let store = Store::open(agx, fsync)?;
@@ -296,6 +304,7 @@ impl Recorder {
             max_size: cfg.max_size,
             slots: super::slots::Slots::for_limit(crate::fs::nofile_limit()),
             linked: Default::default(),
+            recent: Default::default(),
         });
         let last = super::recovery::recover(&shared, agx, &mut timeline)?;
         let reader_root = rustix::io::dup(&shared.root)
@@ -320,6 +329,8 @@ impl Recorder {
             tx,
             worker: Mutex::new(Some(worker)),
             ignore,
+            policy: Default::default(),
+            query: Mutex::new(query),
             cfg,
             settle: std::sync::OnceLock::new(),
         })
@@ -329,11 +340,16 @@ impl Recorder {
         &self.cfg
     }
 
-    /// Whether changes to `path` are passed through without capture.
-    pub fn is_ignored(&self, path: &[u8], is_dir: bool) -> bool {
-        use std::os::unix::ffi::OsStrExt;
-        self.ignore
-            .is_ignored(Path::new(OsStr::from_bytes(path)), is_dir)
+    /// Whether changes to `path` pass through without capture (see `policy.rs`: ignore
+    /// rules never exempt what has history, what git tracks, or anything under rules an
+    /// agent session wrote).
+    pub fn skips(&self, path: &[u8], is_dir: bool) -> bool {
+        let env = super::policy::Env {
+            root: &self.shared.root,
+            timeline: &self.query,
+            recent: &self.shared.recent,
+        };
+        self.policy.skips(&self.ignore, path, is_dir, &env)
     }
 
     /// An ignore file changed: reload the rules.
@@ -518,7 +534,9 @@ impl Recorder {
             actor,
             note,
         };
-        self.note_rules(&event);
+        if self.policy.note(&event) {
+            self.ignore.reset();
+        }
         let mut ticket = Ticket::from_parts(event, staged, target_staged, inline, None);
         ticket.stamps.begun = begun;
         let rec = Record::Begin {
@@ -531,6 +549,7 @@ impl Recorder {
             self.remove_staged(&ticket);
             return Err(enospc_or_eio(&e));
         }
+        self.shared.recent.add(&ticket.event);
         Ok(ticket)
     }
 
@@ -737,6 +756,7 @@ impl Recorder {
 
     /// Abandons an event whose mutation failed.
     pub fn cancel(&self, mut t: Ticket) {
+        self.shared.recent.remove(&t.event);
         self.leave(t.stamps.slot.take());
         let _ = self.journal_append(&Record::Cancel { seq: t.event.seq.0 });
         self.remove_staged(&t);

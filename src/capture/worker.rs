@@ -400,6 +400,7 @@ pub(super) fn run(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>
                     if dropped.is_ok() {
                         done.clean(&shared);
                     }
+                    shared.recent.remove(&done.event);
                 } else {
                     batch.push(done);
                 }
@@ -416,7 +417,10 @@ pub(super) fn run(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>
         opened = None;
         if !batch.is_empty() {
             match timeline.insert(batch.iter().map(|f| &f.event)) {
-                Ok(()) => batch.iter().for_each(|f| f.clean(&shared)),
+                Ok(()) => batch.iter().for_each(|f| {
+                    f.clean(&shared);
+                    shared.recent.remove(&f.event);
+                }),
                 Err(e) => {
                     log::error!(
                         "timeline: cannot record {} events now ({e}); the journal keeps them for the next start",

@@ -162,7 +162,8 @@ impl Engine {
         let rec_timeline = Timeline::open_in(&agx)?;
         let query = Timeline::open_in(&agx)?;
         let rec_root = rustix::io::dup(&root).map_err(|e| io("dup")(e.into()))?;
-        let recorder = Recorder::open(rec_root, &agx, cfg.capture, rec_timeline)?;
+        let rec_query = Timeline::open_in(&agx)?;
+        let recorder = Recorder::open(rec_root, &agx, cfg.capture, rec_timeline, rec_query)?;
         let engine = Engine {
             root,
             agx,

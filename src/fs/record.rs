@@ -142,10 +142,8 @@ impl AgxFs {
         let Some(path) = path else {
             return Ok(None);
         };
-        let ignored = self.rec.is_ignored(&path, is_dir)
-            && to_path
-                .as_ref()
-                .is_none_or(|t| self.rec.is_ignored(t, is_dir));
+        let ignored = self.rec.skips(&path, is_dir)
+            && to_path.as_ref().is_none_or(|t| self.rec.skips(t, is_dir));
         if ignored {
             return Ok(None);
         }

@@ -7,6 +7,7 @@
 pub mod checkpoints;
 pub mod event;
 pub mod gc;
+mod history;
 mod hooks;
 pub mod refs;
 pub mod sessions;

@@ -1,0 +1,128 @@
+//! Questions about what history a path has: asked by the capture policy (may a path pass
+//! uncaptured?) and by the check for changes made outside agx (what state did the
+//! timeline leave a path in?).
+
+use rusqlite::params_from_iter;
+
+use super::{Event, Timeline, TimelineError};
+use crate::ids::Seq;
+
+/// Operations that change which object a path names (as opposed to changing an object in
+/// place): an event of one of these on an ancestor of a path changes what the path is.
+const STRUCTURAL: &str =
+    "('rename','exchange','rmdir','unlink','mkdir','create','symlink','mknod','link')";
+
+fn marks(n: usize) -> String {
+    vec!["?"; n].join(",")
+}
+
+/// `dir/` and the byte after '/', bounding the paths below `dir` in an index range.
+fn below(dir: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let mut lo = dir.to_vec();
+    lo.push(b'/');
+    let mut hi = dir.to_vec();
+    hi.push(b'/' + 1);
+    (lo, hi)
+}
+
+impl Timeline {
+    /// Whether any event names `path` (as its path or its rename destination).
+    pub fn has_history(&self, path: &[u8]) -> Result<bool, TimelineError> {
+        let n: i64 = self
+            .conn()
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM events WHERE path = ?1)
+                     OR EXISTS (SELECT 1 FROM events WHERE to_path = ?1)",
+            )?
+            .query_row([path], |r| r.get(0))?;
+        Ok(n != 0)
+    }
+
+    /// Whether any event names a path below `dir` ("" : anything).
+    pub fn has_history_below(&self, dir: &[u8]) -> Result<bool, TimelineError> {
+        let (lo, hi) = if dir.is_empty() {
+            (Vec::new(), vec![0xff; 8])
+        } else {
+            below(dir)
+        };
+        let n: i64 = self
+            .conn()
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM events WHERE path >= ?1 AND path < ?2)
+                     OR EXISTS (SELECT 1 FROM events WHERE to_path >= ?1 AND to_path < ?2)",
+            )?
+            .query_row(rusqlite::params![lo, hi], |r| r.get(0))?;
+        Ok(n != 0)
+    }
+
+    /// Whether something was moved (renamed or exchanged) to one of `paths`.
+    pub fn moved_to_any(&self, paths: &[Vec<u8>]) -> Result<bool, TimelineError> {
+        if paths.is_empty() {
+            return Ok(false);
+        }
+        let m = marks(paths.len());
+        let sql = format!(
+            "SELECT EXISTS (SELECT 1 FROM events WHERE op IN ('rename','exchange') AND to_path IN ({m}))
+                 OR EXISTS (SELECT 1 FROM events WHERE op = 'exchange' AND path IN ({m}))"
+        );
+        let args = paths.iter().chain(paths.iter());
+        let n: i64 = self
+            .conn()
+            .prepare_cached(&sql)?
+            .query_row(params_from_iter(args), |r| r.get(0))?;
+        Ok(n != 0)
+    }
+
+    /// The newest event before `upto` (exclusive; None: any) that names `path` itself, or
+    /// changes which object one of `ancestors` names.
+    pub fn last_touching(
+        &self,
+        path: &[u8],
+        ancestors: &[Vec<u8>],
+        upto: Option<Seq>,
+    ) -> Result<Option<Event>, TimelineError> {
+        let m = marks(ancestors.len().max(1));
+        let sql = format!(
+            "SELECT seq, body FROM (
+                 SELECT seq, body FROM events WHERE path = ?1 AND seq < ?2
+                 UNION ALL SELECT seq, body FROM events WHERE to_path = ?1 AND seq < ?2
+                 UNION ALL SELECT seq, body FROM events
+                     WHERE path IN ({m}) AND op IN {STRUCTURAL} AND seq < ?2
+                 UNION ALL SELECT seq, body FROM events
+                     WHERE to_path IN ({m}) AND op IN {STRUCTURAL} AND seq < ?2)
+             ORDER BY seq DESC LIMIT 1"
+        );
+        let upto = upto.map_or(i64::MAX, |s| s.0);
+        let none = vec![Vec::new()];
+        let anc = if ancestors.is_empty() {
+            &none
+        } else {
+            ancestors
+        };
+        let mut args: Vec<rusqlite::types::Value> = vec![path.to_vec().into(), upto.into()];
+        args.extend(anc.iter().map(|a| a.clone().into()));
+        args.extend(anc.iter().map(|a| a.clone().into()));
+        // Positional parameters after ?1 and ?2 are numbered in order of appearance.
+        let sql = renumber(&sql);
+        let got = self.collect(&sql, params_from_iter(args))?;
+        Ok(got.into_iter().next())
+    }
+}
+
+/// Turns the bare `?` marks of `sql` into `?3`, `?4`, ... (after `?1` and `?2`).
+fn renumber(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut n = 3;
+    let b = sql.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'?' && !b.get(i + 1).is_some_and(|c| c.is_ascii_digit()) {
+            out.push_str(&format!("?{n}"));
+            n += 1;
+        } else {
+            out.push(b[i] as char);
+        }
+        i += 1;
+    }
+    out
+}
