@@ -12,3 +12,4 @@ mod fsimage;
 mod hardlinks;
 mod ignore;
 mod reuse;
+mod special;
