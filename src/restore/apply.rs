@@ -256,8 +256,13 @@ impl Ctx<'_> {
                     self.recorder.cancel(t);
                     return Err(std::io::Error::from(e).to_string());
                 }
+                // Owner, mode (mknod applies none of set-id), xattrs and times, as for any
+                // other object the plan brings back.
+                let made = live::stat(self.root, path).ok_or("it vanished once made")?;
+                let r = set_meta(&made.fd, &parent, name, Kind::Other, meta);
                 let after = self.after_of(&parent, name, None);
                 self.recorder.commit(t, after);
+                r.map_err(|e| e.to_string())?;
             }
             Step::SetMeta { meta, .. } => {
                 let obj = live::stat(self.root, path).ok_or("it is gone")?;
