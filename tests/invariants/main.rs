@@ -11,5 +11,6 @@ mod concurrent;
 mod fsimage;
 mod hardlinks;
 mod ignore;
+mod outside;
 mod reuse;
 mod special;
