@@ -7,6 +7,7 @@ pub mod gitindex;
 pub mod ignore;
 mod journal;
 pub mod linked;
+pub mod outside;
 pub mod policy;
 pub mod recorder;
 mod recovery;

@@ -34,6 +34,9 @@ use crate::timeline::{Event, Op, Timeline};
 /// batches): what a question to the database cannot see yet.
 #[derive(Default)]
 pub struct Recent {
+    /// Events that left (reached the database or were dropped), for a reader that must
+    /// know none did while it looked at the database and then the tree.
+    left: std::sync::atomic::AtomicU64,
     paths: Mutex<HashMap<Vec<u8>, u32>>,
     /// The paths something was moved to (rename and exchange destinations, exchange
     /// sources).
@@ -85,6 +88,12 @@ impl Recent {
 
     pub fn remove(&self, e: &Event) {
         self.update(e, false);
+        self.left.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many events have left so far.
+    pub fn left(&self) -> u64 {
+        self.left.load(Ordering::SeqCst)
     }
 
     pub fn contains(&self, p: &[u8]) -> bool {
@@ -183,6 +192,11 @@ impl Policy {
             return false;
         }
         !self.has_history(path, is_dir, env).unwrap_or(true)
+    }
+
+    /// Whether entries of `dir` may have history.
+    pub fn may_have_history(&self, dir: &[u8], env: &Env) -> bool {
+        self.dir(dir, env).map_or(true, |d| d.below || d.moved_in)
     }
 
     /// Whether `path` has history (rule 4).

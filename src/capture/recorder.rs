@@ -46,6 +46,9 @@ pub enum Before<'a> {
         name: &'a OsStr,
         may_change: bool,
     },
+    /// A state known from the timeline (the last one recorded before a change made
+    /// outside agx): its content is kept only if the store has it.
+    Recorded(ObjState),
 }
 
 /// The state after a mutation.
@@ -177,6 +180,8 @@ pub(super) fn known_of(st: &rustix::fs::Stat, hash: ContentHash) -> Known {
 
 pub(super) enum Job {
     Commit(Box<Ticket>, After),
+    /// The after-state of event `seq` (a creation) is now this one (see `amend`).
+    Amend(Seq, Box<ObjState>),
     Flush(Sender<()>),
     /// Acknowledge once every earlier job is in the timeline, then wait until the second
     /// channel closes (see [`Recorder::pause`]).
@@ -235,12 +240,14 @@ impl Shared {
 }
 
 pub struct Recorder {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     next_seq: AtomicI64,
     /// Changes committed or cancelled so far (see `changes`).
     ended: AtomicU64,
     /// See [`Recorder::tree_epoch`].
     epoch: AtomicU64,
+    /// Paths checked for changes made outside agx (`outside.rs`): once per mount.
+    checked: Mutex<std::collections::HashSet<Vec<u8>>>,
     tx: Sender<Job>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
     ignore: IgnoreRules,
@@ -248,7 +255,7 @@ pub struct Recorder {
     policy: super::policy::Policy,
     /// A connection of its own for the policy's questions (request threads ask; the
     /// worker's connection is the worker's).
-    query: Mutex<Timeline>,
+    pub(super) query: Mutex<Timeline>,
     cfg: CaptureConfig,
     /// Run before each [`Recorder::flush`]: waits for changes whose end is on its way
     /// (see `fs::settle`). Set once by the mount; unset, a flush does not wait for them.
@@ -326,6 +333,7 @@ impl Recorder {
             next_seq: AtomicI64::new(last.0 + 1),
             ended: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
+            checked: Mutex::default(),
             tx,
             worker: Mutex::new(Some(worker)),
             ignore,
@@ -369,6 +377,32 @@ impl Recorder {
     /// link), not names in the project.
     pub fn staged_links(&self, key: InodeKey) -> u64 {
         self.shared.linked.links(key)
+    }
+
+    /// Whether `path` was checked for changes made outside agx (see `outside.rs`).
+    pub(super) fn checked(&self, path: &[u8]) -> bool {
+        self.checked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(path)
+    }
+
+    pub(super) fn mark_checked(&self, path: &[u8]) {
+        self.checked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(path.to_vec());
+    }
+
+    /// Whether entries of directory `dir` may have history (cheap once asked: cached per
+    /// directory). False means none has any.
+    pub fn may_have_history(&self, dir: &[u8]) -> bool {
+        let env = super::policy::Env {
+            root: &self.shared.root,
+            timeline: &self.query,
+            recent: &self.shared.recent,
+        };
+        self.policy.may_have_history(dir, &env)
     }
 
     /// Locks changes of object `key`'s content and makes it safe to change: held from
@@ -582,6 +616,14 @@ impl Recorder {
     ) -> Result<(ObjState, Held, bool), Errno> {
         match b {
             Before::Absent => Ok((ObjState::absent(), Held::Nothing, true)),
+            Before::Recorded(mut state) => {
+                // Content the store does not have was never kept (a creation's content
+                // is only hashed): say so rather than name a version nobody can read.
+                if state.hash.is_some_and(|h| !self.shared.store.contains(&h)) {
+                    state.hash = None;
+                }
+                Ok((state, Held::Nothing, true))
+            }
             Before::Meta(fd) => {
                 let st = rustix::fs::fstat(fd).map_err(crate::fs::errno)?;
                 Ok((self.meta_state(fd, &st), Held::Nothing, true))
@@ -762,6 +804,14 @@ impl Recorder {
         self.remove_staged(&t);
         self.shared.inflight.fetch_sub(1, Ordering::SeqCst);
         self.ended.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A metadata change folded into the creation recorded as event `seq` (the creator
+    /// set mode, owner, times or xattrs right after creating): the event's after-state
+    /// becomes `state` (its content hash is kept). An event not recorded yet reads its
+    /// after-state when it ends anyway.
+    pub fn amend(&self, seq: Seq, state: ObjState) {
+        let _ = self.tx.send(Job::Amend(seq, Box::new(state)));
     }
 
     /// The state of an object after a change, for `After::State`.

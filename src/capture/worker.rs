@@ -409,6 +409,23 @@ pub(super) fn run(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>
                     continue;
                 }
             }
+            Some(Job::Amend(seq, state)) => {
+                let amended = |after: &mut ObjState| {
+                    after.meta = state.meta.clone();
+                    if after.kind == Kind::Absent {
+                        after.kind = state.kind;
+                    }
+                };
+                match batch.iter_mut().find(|f| f.event.seq == seq) {
+                    Some(f) => amended(&mut f.event.after),
+                    None => {
+                        if let Err(e) = timeline.amend_after(seq, |a| amended(a)) {
+                            log::warn!("event {seq}: cannot amend its after-state: {e}");
+                        }
+                    }
+                }
+                continue;
+            }
             Some(Job::Flush(w)) => waiter = Some(w),
             Some(Job::Pause(ack, resume)) => pause = Some((ack, resume)),
             Some(Job::Stop) => stop = true,

@@ -94,6 +94,7 @@ impl Engine {
     }
 
     pub fn blame(&self, path: &[u8]) -> Result<Vec<BlameLine>, EngineError> {
+        self.recorder.notice(path);
         self.recorder.flush();
         let name = String::from_utf8_lossy(path).into_owned();
         let now = self.tl().max_seq()?;

@@ -205,12 +205,50 @@ impl Engine {
         Ok(refs::resolve(r, &self.tl())?)
     }
 
+    /// Records the changes made outside agx to the paths a command is about to look at
+    /// (see `capture::outside`): every path with history, or with `paths`, those paths,
+    /// the paths with history below them and what lies below those that are live
+    /// directories. Returns whether it recorded any (a REF such as `now` then names a
+    /// later point). In the daemon a path is checked once per mount (the lookups of the
+    /// mount notice the rest); an unmounted command checks every time.
+    pub(crate) fn notice_for(&self, paths: &[Vec<u8>]) -> Result<bool, EngineError> {
+        let mut all = Vec::new();
+        if paths.is_empty() {
+            all = self.tl().history_paths(None)?;
+        }
+        for p in paths {
+            all.push(p.clone());
+            all.extend(self.tl().history_paths(Some(p))?);
+            if crate::restore::live::stat(&self.root, p).is_some_and(|o| o.kind == Kind::Dir) {
+                crate::restore::live::walk(&self.root, p, &mut all);
+            }
+        }
+        all.sort();
+        all.dedup();
+        let n = self.recorder.notice_all(all.iter());
+        if n > 0 {
+            self.recorder.flush();
+        }
+        Ok(n > 0)
+    }
+
+    /// The point `r` names once the changes made outside agx to `paths` (all when empty)
+    /// are recorded.
+    pub(crate) fn noticed_point(&self, r: &str, paths: &[Vec<u8>]) -> Result<Seq, EngineError> {
+        self.recorder.flush();
+        self.notice_for(paths)?;
+        self.point(r)
+    }
+
     pub fn log(
         &self,
         path: Option<Vec<u8>>,
         since: Option<&str>,
         limit: Option<usize>,
     ) -> Result<Vec<Event>, EngineError> {
+        if let Some(p) = &path {
+            self.recorder.notice(p);
+        }
         self.recorder.flush();
         let after = since.map(|s| self.point(s)).transpose()?;
         Ok(self.tl().log(&Filter { path, after, limit })?)
@@ -231,7 +269,7 @@ impl Engine {
 
     /// The bytes of `path` at `r` (a symlink: its target).
     pub fn show(&self, r: &str, path: &[u8]) -> Result<Vec<u8>, EngineError> {
-        let point = self.point(r)?;
+        let point = self.noticed_point(r, &[path.to_vec()])?;
         self.bytes_at(point, path, r)
     }
 
@@ -304,7 +342,7 @@ impl Engine {
     ) -> Result<Vec<FileDiff>, EngineError> {
         self.recorder.flush();
         let from = match from {
-            Some(f) => self.point(f)?,
+            Some(f) => self.noticed_point(f, paths)?,
             // Never before the gc horizon, whose history is gone.
             None => {
                 let tl = self.tl();
@@ -339,6 +377,52 @@ impl Engine {
     /// Sets what `after_restore` does with the paths (and inodes) a restore touched.
     pub fn set_restore_hook(&self, hook: RestoreHook) {
         *self.on_restore.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
+    }
+
+    /// Adds `/.agx/` to `.git/info/exclude` when the project is a git repository that
+    /// does not exclude it yet, as a recorded change of agx's own (a change the timeline
+    /// did not know would later look like one made outside agx). Called at mount.
+    pub fn exclude_from_git(&self) -> Result<(), EngineError> {
+        use crate::capture::{After, Before};
+        use crate::mount::gitexclude;
+        if !gitexclude::wanted(&self.root) {
+            return Ok(());
+        }
+        let path = b".git/info/exclude".to_vec();
+        let live = crate::restore::live::stat(&self.root, &path);
+        let before = match &live {
+            Some(o) => Before::Content(o.fd.as_fd()),
+            None => Before::Absent,
+        };
+        let op = if live.is_some() {
+            crate::timeline::Op::Write
+        } else {
+            crate::timeline::Op::Create
+        };
+        let actor = crate::timeline::Actor {
+            pid: std::process::id(),
+            process: "agx".into(),
+            exe: std::env::current_exe()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            session: None,
+            tool_call: None,
+        };
+        let note = Some("agx mount: keeps .agx/ out of git status".to_string());
+        let t = self
+            .recorder
+            .begin(op, path.clone(), None, actor, before, None, note)
+            .map_err(|e| {
+                io("recording .git/info/exclude")(std::io::Error::from_raw_os_error(e.code()))
+            })?;
+        let r = gitexclude::ensure(&self.root);
+        if let Some(t) = t {
+            match (&r, crate::restore::live::stat(&self.root, &path)) {
+                (Ok(_), Some(o)) => self.recorder.commit(t, After::Content(o.fd)),
+                _ => self.recorder.cancel(t),
+            }
+        }
+        r.map(drop).map_err(io(".git/info/exclude"))
     }
 
     /// Records the start of a mount (the default FROM of `diff`).

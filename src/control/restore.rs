@@ -49,7 +49,7 @@ impl Engine {
         paths: &[Vec<u8>],
         on_conflict: OnConflict,
     ) -> Result<Plan, EngineError> {
-        let point = self.point(r)?;
+        let point = self.noticed_point(r, paths)?;
         let max = self.recorder.config().max_size;
         let plan = match self.session_scope(r, paths)? {
             Some(mut scope) => {

@@ -195,7 +195,7 @@ impl AgxFs {
                 let a = self.agx_dir_attr();
                 return reply.add(a.ino, e.off, &e.name, &ttl, &a, gen);
             }
-            let Ok((node, st)) = self.lookup_node(&d.node, &e.name) else {
+            let Ok((node, st)) = self.lookup_known(&d.node, &e.name) else {
                 // Gone meanwhile.
                 return false;
             };

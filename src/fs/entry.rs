@@ -57,7 +57,7 @@ impl AgxFs {
             return Ok(self.agx_dir_attr());
         }
         let p = self.node(parent)?;
-        let (node, st) = self.lookup_node(&p, name)?;
+        let (node, st) = self.lookup_known(&p, name)?;
         Ok(self.entry_attr(&node, &st))
     }
 
@@ -122,17 +122,19 @@ impl AgxFs {
         }
     }
 
-    /// Looks up a just-created object and gives it to the caller.
+    /// Looks up a just-created object (recorded as event `seq`) and gives it to the
+    /// caller.
     fn finish_new(
         &self,
         parent: &Node,
         name: &OsStr,
         caller: Caller,
         mode: u32,
+        seq: Option<crate::ids::Seq>,
     ) -> Result<FileAttr, Errno> {
         self.give_to_caller(parent, name, caller, mode)?;
         let (node, st) = self.lookup_node(parent, name)?;
-        node.set_created(caller.pid);
+        node.set_created(caller.pid, seq);
         Ok(self.entry_attr(&node, &st))
     }
 
@@ -158,7 +160,8 @@ impl AgxFs {
         } else {
             self.creation_mode(&p, &pfd, mode, caller)
         };
-        let r = make(&pfd, mode).and_then(|()| self.finish_new(&p, name, caller, mode));
+        let seq = t.as_ref().map(|t| t.seq());
+        let r = make(&pfd, mode).and_then(|()| self.finish_new(&p, name, caller, mode, seq));
         self.finish(t, &r, || self.after_at(&p, name));
         r
     }

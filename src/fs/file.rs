@@ -238,8 +238,9 @@ impl AgxFs {
         } else {
             None
         };
-        let in_event = matches!(handle.as_deref(), Some(Handle::File(h)) if h.recording())
-            || (set.size.is_none() && self.part_of_creation(&node, caller.pid));
+        let folded = set.size.is_none() && self.part_of_creation(&node, caller.pid);
+        let in_event =
+            matches!(handle.as_deref(), Some(Handle::File(h)) if h.recording()) || folded;
         let ticket = if in_event {
             None
         } else {
@@ -276,7 +277,19 @@ impl AgxFs {
                 After::State(self.rec.state_of(fd.as_fd()))
             }
         });
+        if folded && r.is_ok() {
+            self.amend_creation(&node);
+        }
         r
+    }
+
+    /// A metadata change folded into the object's creation (see `CREATION_WINDOW`): the
+    /// creation's recorded after-state takes it, or the timeline would not match the
+    /// file (and the change would look like one made outside agx).
+    pub(super) fn amend_creation(&self, node: &Node) {
+        if let (Some(seq), Ok(fd)) = (node.creation(), self.fd(node)) {
+            self.rec.amend(seq, self.rec.state_of(fd.as_fd()));
+        }
     }
 
     /// `chown(f, -1, -1)`: the owner stays, ctime moves, and set-id bits go as the
@@ -308,7 +321,11 @@ impl AgxFs {
             AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
         )
         .or_errno();
+        let folded = ticket.is_none() && loses_bits;
         self.finish(ticket, &r, || After::State(self.rec.state_of(fd.as_fd())));
+        if folded && r.is_ok() {
+            self.amend_creation(node);
+        }
         r
     }
 
@@ -564,8 +581,8 @@ impl AgxFs {
             }
         };
         let (node, st) = self.lookup_node(&p, name)?;
-        if ticket.as_ref().is_some_and(|t| t.op() == Op::Create) {
-            node.set_created(caller.pid);
+        if let Some(t) = ticket.as_ref().filter(|t| t.op() == Op::Create) {
+            node.set_created(caller.pid, Some(t.seq()));
         }
         let attr = self.entry_attr(&node, &st);
         Ok((

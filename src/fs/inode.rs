@@ -63,8 +63,9 @@ pub struct Node {
     opens: std::sync::atomic::AtomicU32,
     /// Whether this directory has a default ACL: 0 unknown, 1 no, 2 yes.
     default_acl: std::sync::atomic::AtomicU8,
-    /// The process that created this object through the mount, and when.
-    created: Mutex<Option<(u32, std::time::Instant)>>,
+    /// The process that created this object through the mount, when, and the creation's
+    /// event (if recorded).
+    created: Mutex<Option<(u32, std::time::Instant, Option<crate::ids::Seq>)>>,
 }
 
 /// How many names of one object a node keeps. An object with more hard links than this
@@ -136,10 +137,10 @@ impl Node {
         self.default_acl.store(x, Ordering::Relaxed);
     }
 
-    /// Notes that process `pid` just created this object.
-    pub fn set_created(&self, pid: u32) {
+    /// Notes that process `pid` just created this object, recorded as event `seq`.
+    pub fn set_created(&self, pid: u32, seq: Option<crate::ids::Seq>) {
         *self.created.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((pid, std::time::Instant::now()));
+            Some((pid, std::time::Instant::now(), seq));
     }
 
     /// Whether process `pid` created this object within `window`.
@@ -147,7 +148,15 @@ impl Node {
         self.created
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|(p, t)| p == pid && t.elapsed() < window)
+            .is_some_and(|(p, t, _)| p == pid && t.elapsed() < window)
+    }
+
+    /// The event that recorded this object's creation through the mount, if any.
+    pub fn creation(&self) -> Option<crate::ids::Seq> {
+        self.created
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .and_then(|(_, _, s)| s)
     }
 
     /// Open handles of any kind.
@@ -303,6 +312,19 @@ impl InodeTable {
         parent: NodeId,
         name: &OsStr,
     ) -> Arc<Node> {
+        self.insert_new(key, kind, fd, parent, name).0
+    }
+
+    /// [`InodeTable::insert`], also telling whether the node is new to the table.
+    pub fn insert_new(
+        &self,
+        key: InodeKey,
+        kind: FileType,
+        fd: OwnedFd,
+        parent: NodeId,
+        name: &OsStr,
+    ) -> (Arc<Node>, bool) {
+        let mut new = false;
         let node = {
             let mut maps = self.write();
             match maps.by_key.get(&key).and_then(|id| maps.by_id.get(id)) {
@@ -316,12 +338,13 @@ impl InodeTable {
                     let node = Arc::new(Node::new(id, key, kind, (parent, name.to_os_string())));
                     maps.by_id.insert(id, node.clone());
                     maps.by_key.insert(key, id);
+                    new = true;
                     node
                 }
             }
         };
         self.install(&node, fd, false);
-        node
+        (node, new)
     }
 
     /// The node's descriptor: the held one, or reopened by its name (then held).

@@ -228,8 +228,37 @@ impl AgxFs {
         parent == NodeId::ROOT && name == AGX_DIR_NAME
     }
 
+    /// [`AgxFs::lookup_node`] for a name the kernel asks about (a lookup, a listing with
+    /// attributes): the first time the kernel reaches an object, a change made to it
+    /// outside agx is recorded before anything else can happen to it (see
+    /// `capture::outside`).
+    fn lookup_known(&self, parent: &Node, name: &OsStr) -> Result<(Arc<Node>, Stat), Errno> {
+        let (node, st, new) = self.lookup_node_new(parent, name)?;
+        if new && self.cfg.capture {
+            if let Ok(Some(dir)) = self.path_of(parent) {
+                if self.rec.may_have_history(&dir) {
+                    let mut path = dir;
+                    if !path.is_empty() {
+                        path.push(b'/');
+                    }
+                    path.extend_from_slice(std::os::unix::ffi::OsStrExt::as_bytes(name));
+                    self.rec.notice(&path);
+                }
+            }
+        }
+        Ok((node, st))
+    }
+
     /// Resolves `name` in `parent` to a node with one more kernel lookup.
     fn lookup_node(&self, parent: &Node, name: &OsStr) -> Result<(Arc<Node>, Stat), Errno> {
+        self.lookup_node_new(parent, name).map(|(n, st, _)| (n, st))
+    }
+
+    fn lookup_node_new(
+        &self,
+        parent: &Node,
+        name: &OsStr,
+    ) -> Result<(Arc<Node>, Stat, bool), Errno> {
         let pfd = self.fd(parent)?;
         let fd = self.retry(|| {
             rustix::fs::openat(
@@ -241,8 +270,10 @@ impl AgxFs {
         })?;
         let st = rustix::fs::fstat(&fd).or_errno()?;
         let kind = attr::file_type(st.st_mode);
-        let node = self.inodes.insert(key_of(&st), kind, fd, parent.id, name);
-        Ok((node, st))
+        let (node, new) = self
+            .inodes
+            .insert_new(key_of(&st), kind, fd, parent.id, name);
+        Ok((node, st, new))
     }
 
     fn entry_attr(&self, node: &Node, st: &Stat) -> FileAttr {

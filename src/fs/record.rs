@@ -147,6 +147,22 @@ impl AgxFs {
         if ignored {
             return Ok(None);
         }
+        // A name made anew (no lookup found it) may have had an object agx recorded that
+        // went outside agx: that change is history first (see `capture::outside`).
+        let makes = matches!(
+            op,
+            Op::Create | Op::Mkdir | Op::Mknod | Op::Symlink | Op::Link
+        );
+        let names = [makes.then_some(&path), to_path.as_ref()];
+        for p in names.into_iter().flatten() {
+            let dir = p
+                .iter()
+                .rposition(|c| *c == b'/')
+                .map_or(&[][..], |i| &p[..i]);
+            if self.rec.may_have_history(dir) {
+                self.rec.notice(p);
+            }
+        }
         let actor = self.attrib.actor(pid);
         self.rec
             .begin(op, path, to_path, actor, before, target, None)

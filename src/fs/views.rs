@@ -191,6 +191,11 @@ impl AgxFs {
     /// The snapshot of the view `r` and the attributes of `path` in it.
     fn view_attr(&self, r: &str, path: &[u8]) -> Result<FileAttr, Errno> {
         let v = self.views()?;
+        // A change made to the live path outside agx becomes history first, so the view
+        // shows what a restore would bring back (see `capture::outside`).
+        if !path.is_empty() && self.cfg.capture {
+            self.rec.notice(path);
+        }
         let s = v.snapshot(r).ok_or(Errno::ENOENT)?.map_err(errno)?;
         let a = v.attr(&s, path).map_err(errno)?;
         Ok(file_attr(self.vtable.id_of(r, path), &a))
@@ -245,6 +250,9 @@ impl AgxFs {
         }
         let p = self.vtable.place(ino)?;
         let v = self.views()?;
+        if self.cfg.capture {
+            self.rec.notice(&p.1);
+        }
         let s = v.snapshot(&p.0).ok_or(Errno::ENOENT)?.map_err(errno)?;
         let src = v.open(&s, &p.1).map_err(errno)?;
         Ok(self.vtable.add_handle(VHandle::File(OpenFile {
@@ -290,6 +298,11 @@ impl AgxFs {
             entries.push(dot("..", self.agx_dir_attr()));
         } else {
             let p = self.vtable.place(ino)?;
+            // Entries changed outside agx since their last recorded change (removed ones
+            // included, which no lookup would reach) become history first.
+            if self.cfg.capture {
+                self.rec.notice_below(&p.1);
+            }
             let s = v.snapshot(&p.0).ok_or(Errno::ENOENT)?.map_err(errno)?;
             let list = v.list(&s, &p.1).map_err(errno)?;
             entries.push(dot(".", self.view_attr(&p.0, &p.1)?));

@@ -185,7 +185,11 @@ impl AgxFs {
             rustix::fs::setxattr(&t.path, name, value, flags)
         }
         .or_errno();
+        let folded = ticket.is_none() && self.part_of_creation(&node, pid);
         self.finish(ticket, &r, || self.after_meta(&node));
+        if folded && r.is_ok() {
+            self.amend_creation(&node);
+        }
         r
     }
 
@@ -213,7 +217,11 @@ impl AgxFs {
             rustix::fs::removexattr(&t.path, name)
         }
         .or_errno();
+        let folded = ticket.is_none() && self.part_of_creation(&node, pid);
         self.finish(ticket, &r, || self.after_meta(&node));
+        if folded && r.is_ok() {
+            self.amend_creation(&node);
+        }
         r
     }
 }

@@ -13,6 +13,32 @@ fn mentions_agx(text: &str) -> bool {
         .any(|l| matches!(l, ".agx" | ".agx/" | "/.agx" | "/.agx/"))
 }
 
+/// Whether [`ensure`] would change anything: the project is a git repository (with a
+/// `.git` directory) whose `.git/info/exclude` does not mention `.agx` yet.
+pub fn wanted(root: &OwnedFd) -> bool {
+    let is_repo = matches!(
+        rustix::fs::statat(root, ".git", AtFlags::SYMLINK_NOFOLLOW),
+        Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir()
+    );
+    if !is_repo {
+        return false;
+    }
+    let text = rustix::fs::openat(
+        root,
+        ".git/info/exclude",
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()
+    .and_then(|fd| {
+        let mut s = String::new();
+        std::fs::File::from(fd).read_to_string(&mut s).ok()?;
+        Some(s)
+    })
+    .unwrap_or_default();
+    !mentions_agx(&text)
+}
+
 /// Adds `/.agx/` to `.git/info/exclude` when the project is a git repository (with a
 /// `.git` directory) and the file does not mention it yet. Touches nothing else.
 pub fn ensure(root: &OwnedFd) -> std::io::Result<bool> {

@@ -294,9 +294,6 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
         Mode::empty(),
     )
     .map_err(|e| MountError::io(p.project.display().to_string(), e.into()))?;
-    if let Err(e) = gitexclude::ensure(&root) {
-        log::warn!("could not add .agx/ to .git/info/exclude: {e}");
-    }
     // Capture and history: recovers what a killed daemon left, before anything is served.
     let engine_root = rustix::io::dup(&root)
         .map_err(|e| MountError::io("duplicating the project handle", e.into()))?;
@@ -308,6 +305,10 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
             }
         })?,
     );
+
+    if let Err(e) = engine.exclude_from_git() {
+        log::warn!("could not add .agx/ to .git/info/exclude: {e}");
+    }
 
     let mut cfg = FsConfig::default();
     if std::env::var("AGX_PASSTHROUGH").is_ok_and(|v| v == "0") {

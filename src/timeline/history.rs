@@ -55,6 +55,66 @@ impl Timeline {
         Ok(n != 0)
     }
 
+    /// The newest event before `upto` whose after-state of `path` has a known content
+    /// hash (a rename's destination, or any other change of `path`).
+    pub fn last_known_content(
+        &self,
+        path: &[u8],
+        upto: Seq,
+    ) -> Result<Option<Event>, TimelineError> {
+        let got = self.collect(
+            "SELECT seq, body FROM (
+                 SELECT seq, body FROM events
+                     WHERE path = ?1 AND to_path IS NULL AND after_hash IS NOT NULL AND seq < ?2
+                 UNION ALL SELECT seq, body FROM events
+                     WHERE to_path = ?1 AND after_hash IS NOT NULL AND seq < ?2)
+             ORDER BY seq DESC LIMIT 1",
+            rusqlite::params![path, upto.0],
+        )?;
+        Ok(got.into_iter().next())
+    }
+
+    /// Every path events after `seq` name (as path or destination), in no order.
+    pub fn paths_after(&self, seq: Seq) -> Result<Vec<Vec<u8>>, TimelineError> {
+        let mut st = self.conn().prepare_cached(
+            "SELECT path FROM events WHERE seq > ?1
+             UNION SELECT to_path FROM events WHERE seq > ?1 AND to_path IS NOT NULL",
+        )?;
+        let rows = st.query_map([seq.0], |r| r.get::<_, Vec<u8>>(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every path any event names, and (with `under`) only those at or below it.
+    pub fn history_paths(&self, under: Option<&[u8]>) -> Result<Vec<Vec<u8>>, TimelineError> {
+        let mut out = Vec::new();
+        match under {
+            None => {
+                let mut st = self.conn().prepare_cached(
+                    "SELECT path FROM events UNION SELECT to_path FROM events
+                     WHERE to_path IS NOT NULL",
+                )?;
+                let rows = st.query_map([], |r| r.get::<_, Vec<u8>>(0))?;
+                for r in rows {
+                    out.push(r?);
+                }
+            }
+            Some(dir) => {
+                let (lo, hi) = below(dir);
+                let mut st = self.conn().prepare_cached(
+                    "SELECT path FROM events WHERE path = ?1 OR (path >= ?2 AND path < ?3)
+                     UNION SELECT to_path FROM events WHERE to_path = ?1
+                        OR (to_path >= ?2 AND to_path < ?3)",
+                )?;
+                let rows =
+                    st.query_map(rusqlite::params![dir, lo, hi], |r| r.get::<_, Vec<u8>>(0))?;
+                for r in rows {
+                    out.push(r?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Whether something was moved (renamed or exchanged) to one of `paths`.
     pub fn moved_to_any(&self, paths: &[Vec<u8>]) -> Result<bool, TimelineError> {
         if paths.is_empty() {

@@ -251,6 +251,29 @@ impl Timeline {
         Ok(())
     }
 
+    /// Changes the after-state of event `seq`, if it is recorded.
+    pub fn amend_after(
+        &mut self,
+        seq: Seq,
+        change: impl FnOnce(&mut ObjState),
+    ) -> Result<(), TimelineError> {
+        let Some(mut e) = self.get(seq)? else {
+            return Ok(());
+        };
+        change(&mut e.after);
+        let body = serde_json::to_string(&e).expect("events serialize");
+        self.conn.execute(
+            "UPDATE events SET body = ?2, size_after = ?3, after_hash = ?4 WHERE seq = ?1",
+            params![
+                seq.0,
+                body,
+                e.after.size().map(|s| s as i64),
+                e.after.hash.map(|h| h.to_hex())
+            ],
+        )?;
+        Ok(())
+    }
+
     pub fn delete(&mut self, seq: Seq) -> Result<(), TimelineError> {
         self.conn
             .execute("DELETE FROM events WHERE seq = ?1", params![seq.0])?;
