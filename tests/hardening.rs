@@ -7,10 +7,12 @@ mod common;
 mod hist;
 
 use std::ffi::OsStr;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
+use std::process::{Command, Output, Stdio};
 
-use common::Mounted;
-use hist::{ok, user_error};
+use common::{agx_bin, Mounted};
+use hist::{ok, stderr, user_error};
 
 fn errno(p: &Path) -> Option<i32> {
     std::fs::symlink_metadata(p)
@@ -84,4 +86,170 @@ fn non_ascii_refs_on_the_command_line_are_one_line_user_errors() {
     check(&m, "mounted");
     m.unmount();
     check(&m, "unmounted");
+}
+
+/// Runs `agx ARGS` with its stdout a pipe whose reader has already gone.
+fn into_closed_pipe(m: &Mounted, args: &[&str]) -> Output {
+    let (r, w) = rustix::pipe::pipe().unwrap();
+    drop(r);
+    Command::new(agx_bin())
+        .arg("-C")
+        .arg(&m.project)
+        .args(args)
+        .stdout(Stdio::from(w))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+/// Ended quietly on a closed stdout: killed by SIGPIPE (as git is) or exit 0, and no panic.
+fn assert_quiet(o: &Output, what: &str) {
+    let err = stderr(o);
+    assert!(!err.contains("panicked"), "{what}: {err}");
+    assert_ne!(o.status.code(), Some(101), "{what}: {err}");
+    assert!(
+        o.status.signal() == Some(libc::SIGPIPE) || o.status.code() == Some(0),
+        "{what}: {:?} {err}",
+        o.status
+    );
+}
+
+#[test]
+fn no_command_panics_on_a_closed_stdout() {
+    let mut m = Mounted::with(|p| std::fs::write(p.join("f"), "one\n").unwrap());
+    std::fs::write(m.p("f"), "two\n").unwrap();
+    ok(m.agx(["checkpoint", "cp1"]), "agx checkpoint");
+    ok(
+        m.agx([
+            "run",
+            "--name",
+            "s",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo three >> '{}'", m.p("f").display()),
+        ]),
+        "agx run",
+    );
+    ok(m.agx(["pin", "cp1"]), "agx pin");
+    let f = m.p("f").to_string_lossy().into_owned();
+    let cmds: Vec<Vec<&str>> = vec![
+        vec!["status"],
+        vec!["status", "--json"],
+        vec!["log"],
+        vec!["log", "--json"],
+        vec!["show", "cp1", &f],
+        vec!["diff", "event:1"],
+        vec!["diff", "event:1", "--stat"],
+        vec!["session", "list"],
+        vec!["session", "list", "--json"],
+        vec!["session", "show", "1"],
+        vec!["checkpoint", "list"],
+        vec!["blame", &f],
+        vec!["pin"],
+        vec!["verify"],
+        vec!["restore", "event:1", "--dry-run"],
+        vec!["--help"],
+        vec!["log", "--help"],
+        vec!["--version"],
+    ];
+    for c in &cmds {
+        assert_quiet(&into_closed_pipe(&m, c), &format!("mounted: agx {c:?}"));
+    }
+    m.unmount();
+    for c in &cmds {
+        assert_quiet(&into_closed_pipe(&m, c), &format!("unmounted: agx {c:?}"));
+    }
+}
+
+/// Runs `agx ARGS` as an agent's hook would (stdin empty).
+fn hook(args: &[&str]) -> Output {
+    Command::new(agx_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_hook_with_bad_arguments_is_one_line_and_exit_0() {
+    for args in [
+        vec!["hook"],
+        vec!["hook", "bogus"],
+        vec!["hook", "generic"],
+        vec!["hook", "generic", "--event", "nope", "--session", "s"],
+        vec!["hook", "generic", "--event", "tool-start", "--session", "s"],
+        vec!["hook", "generic", "--event", "prompt", "--session", "s"],
+        vec!["hook", "generic", "--session"],
+        vec!["hook", "claude", "--bogus"],
+        vec!["hook", "claude", "extra"],
+        vec!["-C", "/nonexistent", "hook", "codex", "--x"],
+        vec!["--json", "hook", "gemini", "-z"],
+    ] {
+        let o = hook(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "agx {args:?}: {err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "agx {args:?}: {err:?}");
+        assert!(lines[0].starts_with("agx hook: "), "agx {args:?}: {err:?}");
+        assert!(o.stdout.is_empty(), "agx {args:?}");
+    }
+    // Naming what was wrong.
+    let err = stderr(&hook(&[
+        "hook",
+        "generic",
+        "--event",
+        "nope",
+        "--session",
+        "s",
+    ]));
+    assert!(err.contains("nope") && err.contains("tool-start"), "{err}");
+    let err = stderr(&hook(&[
+        "hook",
+        "generic",
+        "--event",
+        "prompt",
+        "--session",
+        "s",
+    ]));
+    assert!(err.contains("--text"), "{err}");
+    // Help is still help.
+    let o = hook(&["hook", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(hist::stdout(&o).contains("generic"));
+    // Other commands keep clap's usage errors (exit 2).
+    for args in [
+        vec!["log", "--bogus"],
+        vec!["bogus"],
+        vec!["hooks", "install"],
+    ] {
+        assert_eq!(hook(&args).status.code(), Some(2), "agx {args:?}");
+    }
+}
+
+#[test]
+fn a_hook_whose_stderr_is_a_closed_pipe_still_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{not json").unwrap();
+    for (args, input) in [
+        (vec!["hook", "generic", "--event", "nope"], None),
+        (vec!["hook", "claude"], Some(&bad)),
+        (vec!["--json", "hook", "claude"], Some(&bad)),
+    ] {
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        drop(r);
+        let stdin = match input {
+            Some(f) => Stdio::from(std::fs::File::open(f).unwrap()),
+            None => Stdio::null(),
+        };
+        let o = Command::new(agx_bin())
+            .args(&args)
+            .current_dir(dir.path())
+            .stdin(stdin)
+            .stderr(Stdio::from(w))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "agx {args:?}: {:?}", o.status);
+    }
 }
