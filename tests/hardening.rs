@@ -253,3 +253,64 @@ fn a_hook_whose_stderr_is_a_closed_pipe_still_exits_0() {
         assert_eq!(o.status.code(), Some(0), "agx {args:?}: {:?}", o.status);
     }
 }
+
+#[test]
+fn restoring_a_path_that_never_existed_is_a_user_error() {
+    let mut m = Mounted::with(|p| {
+        std::fs::write(p.join("kept"), "kept").unwrap();
+        std::fs::write(p.join("gone"), "gone").unwrap();
+        std::fs::create_dir_all(p.join("d/sub")).unwrap();
+        std::fs::write(p.join("d/sub/x"), "x").unwrap();
+    });
+    ok(m.agx(["checkpoint", "start"]), "agx checkpoint");
+    std::fs::remove_file(m.p("gone")).unwrap();
+    std::fs::write(m.p("new"), "new").unwrap();
+    std::fs::write(m.p("brief"), "brief").unwrap();
+    std::fs::remove_file(m.p("brief")).unwrap();
+    std::fs::rename(m.p("d"), m.p("e")).unwrap();
+    std::fs::write(m.p("kept"), "changed").unwrap();
+
+    let restore = |m: &Mounted, paths: &[&str], extra: &[&str]| {
+        let mut args: Vec<std::ffi::OsString> = vec!["restore".into(), "start".into()];
+        args.extend(paths.iter().map(|p| m.p(p).into_os_string()));
+        args.extend(extra.iter().map(|a| a.into()));
+        m.agx(&args)
+    };
+    let check = |m: &Mounted, how: &str| {
+        for extra in [&["--dry-run"][..], &["--yes"], &["--yes", "--json"]] {
+            for bad in [
+                vec!["no/such/path"],
+                vec!["nope"],
+                vec!["d/sub/nope"],
+                vec!["kept", "nope"],
+                vec!["e/sub/x/below-a-file"],
+            ] {
+                let wrong = bad.last().unwrap();
+                let line = user_error(&restore(m, &bad, extra), &format!("{how} {bad:?}"));
+                assert!(line.contains(wrong), "{how} {bad:?} {extra:?}: {line}");
+                assert!(line.contains("start"), "{how} {bad:?}: {line}");
+            }
+        }
+        // Nothing changed by the refusals.
+        assert_eq!(std::fs::read(m.project.join("kept")).unwrap(), b"changed");
+        // Paths that exist at either end, or that an event touched, are fine requests
+        // even when nothing changes.
+        for good in [
+            vec!["kept"],
+            vec!["gone"],
+            vec!["new"],
+            vec!["brief"],
+            vec!["d/sub/x"],
+            vec!["e/sub"],
+            vec!["d"],
+        ] {
+            ok(
+                restore(m, &good, &["--dry-run"]),
+                &format!("{how} {good:?}"),
+            );
+        }
+    };
+    check(&m, "mounted:");
+    m.unmount();
+    check(&m, "unmounted:");
+}
