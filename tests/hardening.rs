@@ -314,3 +314,45 @@ fn restoring_a_path_that_never_existed_is_a_user_error() {
     m.unmount();
     check(&m, "unmounted:");
 }
+
+#[test]
+fn a_bad_config_value_stops_mount_and_commands_with_one_line() {
+    let mut m = Mounted::with(|p| std::fs::write(p.join("f"), "one").unwrap());
+    std::fs::write(m.p("f"), "two").unwrap();
+    m.unmount();
+    let events = ok(m.agx(["log", "--json"]), "agx log");
+    let config = m.project.join(".agx/config.toml");
+    for (text, key) in [
+        ("[history]\nkeep = \"forever\"\n", "history.keep"),
+        ("[history]\nkeep = \"-1d\"\n", "history.keep"),
+        ("[history]\nkeep = \"0s\"\n", "history.keep"),
+        ("[history]\nkeep = forever\n", "keep = forever"),
+        ("[capture]\nexclude = [\"a[b\"]\n", "capture.exclude"),
+        ("[capture]\ninclude = [\"a{b\"]\n", "capture.include"),
+        ("[capture]\nmax_size = -1\n", "capture.max_size"),
+        ("[capture]\nfsync = \"sometimes\"\n", "capture.fsync"),
+        ("[hooks]\nprompt_max = \"big\"\n", "hooks.prompt_max"),
+        ("[capture]\nmax_sise = 10\n", "capture.max_sise"),
+        ("[capture\n", "line 1"),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let out = Command::new(agx_bin())
+            .arg("mount")
+            .arg(&m.project)
+            .output()
+            .unwrap();
+        let line = user_error(&out, &format!("agx mount with {text:?}"));
+        assert!(
+            line.contains(".agx/config.toml") && line.contains(key),
+            "{text:?}: {line}"
+        );
+        assert!(!hist::is_agx_mount(&m.project), "{text:?}: mounted anyway");
+        let log = user_error(&m.agx(["log"]), &format!("agx log with {text:?}"));
+        let why = line.split(".agx/config.toml").nth(1).unwrap();
+        assert!(log.ends_with(why), "{text:?}: {log} / {line}");
+    }
+    // Nothing was changed by the refused runs.
+    std::fs::remove_file(&config).unwrap();
+    assert_eq!(ok(m.agx(["log", "--json"]), "agx log"), events);
+    assert_eq!(std::fs::read(m.project.join("f")).unwrap(), b"two");
+}
