@@ -1,7 +1,7 @@
 //! `agx hook AGENT` (one agent hook event: recorded through the daemon, never failing the
 //! agent) and `agx hooks install|uninstall AGENT` (agx's entries in the agent's settings).
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Result};
@@ -76,11 +76,13 @@ pub enum HooksCmd {
 /// `agx hook ...`: records the event; any failure is one line on stderr and exit 0, so
 /// the agent is never held up or failed by agx.
 pub fn hook(dir: Option<&Path>, cmd: HookCmd, json: bool) -> Result<()> {
-    match record(dir, cmd) {
-        Ok(Some(out)) if json => println!("{out}"),
-        Ok(_) => {}
-        Err(e) => eprintln!("agx hook: {e:#}"),
-    }
+    // Written without `println!`, which panics on a closed pipe (SIGPIPE stays ignored
+    // for hooks, see main.rs): a hook's output going nowhere is no reason to fail.
+    let _ = match record(dir, cmd) {
+        Ok(Some(out)) if json => writeln!(std::io::stdout(), "{out}"),
+        Ok(_) => Ok(()),
+        Err(e) => writeln!(std::io::stderr(), "agx hook: {e:#}"),
+    };
     Ok(())
 }
 

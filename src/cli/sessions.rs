@@ -95,8 +95,10 @@ pub fn run(
         name,
         me.as_raw_nonzero().get() as u32,
     )?;
+    // `agx run` keeps SIGPIPE ignored (see main.rs) and never panics on a closed stdout
+    // or stderr: whatever becomes of its output, it waits for CMD and ends the session.
     if !json {
-        eprintln!("agx: session {id} started");
+        let _ = writeln!(std::io::stderr(), "agx: session {id} started");
     }
     // Interrupts reach the command (same process group); we wait for it to finish.
     let stop = Arc::new(AtomicBool::new(false));
@@ -128,12 +130,16 @@ pub fn run(
         &mut no_progress,
     )?;
     if json {
-        println!(
+        let _ = writeln!(
+            std::io::stdout(),
             "{}",
             serde_json::json!({ "session": id.to_string(), "exit_code": code })
         );
     } else {
-        eprintln!("agx: session {id} ended (exit code {code})");
+        let _ = writeln!(
+            std::io::stderr(),
+            "agx: session {id} ended (exit code {code})"
+        );
     }
     Ok(code)
 }

@@ -50,6 +50,7 @@ impl Engine {
         on_conflict: OnConflict,
     ) -> Result<Plan, EngineError> {
         let point = self.noticed_point(r, paths)?;
+        self.refuse_unknown_paths(r, point, paths)?;
         let max = self.recorder.config().max_size;
         let plan = match self.session_scope(r, paths)? {
             Some(mut scope) => {
@@ -140,5 +141,54 @@ impl Engine {
             progress,
         )?;
         Ok((plan, report))
+    }
+}
+
+impl Engine {
+    /// Refuses a restore naming a PATH that is nowhere: absent now, absent at `point`,
+    /// and named by no recorded event, neither it nor anything below it (a typo, most
+    /// likely; "nothing to do" would hide it). A path that exists at either end, or that
+    /// some event touched (created and removed since, say), is a fine request even when
+    /// nothing changes. The common case costs one lookup; the state at the point (one
+    /// pass over the events after it) is computed only for a path absent now that no
+    /// event names, which a moved directory may still have held at the point.
+    fn refuse_unknown_paths(
+        &self,
+        r: &str,
+        point: crate::ids::Seq,
+        paths: &[Vec<u8>],
+    ) -> Result<(), EngineError> {
+        use crate::restore::{live, model::Model, plan::resolve};
+        let mut model: Option<Model> = None;
+        for p in paths.iter().filter(|p| !p.is_empty()) {
+            let name = String::from_utf8_lossy(p);
+            let live = live::stat_checked(&self.root, p)
+                .map_err(|e| EngineError::Invalid(format!("{name}: {e}")))?;
+            if live.is_some() {
+                continue;
+            }
+            let touched = self.tl().log(&crate::timeline::Filter {
+                path: Some(p.clone()),
+                after: None,
+                limit: Some(1),
+            })?;
+            if !touched.is_empty() {
+                continue;
+            }
+            let model = match &mut model {
+                Some(m) => m,
+                None => {
+                    let mut m = Model::new();
+                    m.undo_all(self.tl().events_after(point)?.iter());
+                    model.insert(m)
+                }
+            };
+            if resolve(&self.root, model.lookup(p)).is_none() {
+                return Err(EngineError::Invalid(format!(
+                    "{name}: no such path in the project, now or at {r}, and no recorded change touched it; nothing restored"
+                )));
+            }
+        }
+        Ok(())
     }
 }

@@ -4,6 +4,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -38,12 +39,39 @@ pub fn start(path: &Path, engine: Arc<Engine>) -> std::io::Result<Server> {
                 let engine = engine.clone();
                 let _ = std::thread::Builder::new()
                     .name("agx-request".into())
-                    .spawn(move || serve(conn, &engine));
+                    .spawn(move || guarded(conn, |c| serve(c, &engine)));
             }
         })?;
     Ok(Server {
         path: path.to_path_buf(),
     })
+}
+
+/// Serves one connection with `f`; if `f` panics, the client still gets an answer (an
+/// error naming the daemon's log) instead of a connection closed without one. The
+/// request's thread ends either way; the daemon's state stays usable, as every lock it
+/// takes is taken over after a panic (`unwrap_or_else(into_inner)`) and an unfinished
+/// SQLite transaction rolls back when dropped.
+fn guarded(conn: UnixStream, f: impl FnOnce(UnixStream)) {
+    let spare = conn.try_clone().ok();
+    let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| f(conn))) else {
+        return;
+    };
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "?".into());
+    log::error!("control request: its handler panicked ({what})");
+    if let Some(mut out) = spare {
+        let _ = send(
+            &mut out,
+            &fail(
+                "internal error in the agx daemon while serving this request (its log says more)"
+                    .into(),
+            ),
+        );
+    }
 }
 
 fn send(out: &mut UnixStream, r: &Reply) -> std::io::Result<()> {
@@ -118,4 +146,34 @@ fn serve(mut conn: UnixStream, engine: &Engine) {
         Err(e) => fail(e),
     };
     let _ = send(&mut conn, &reply);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::net::UnixStream;
+
+    use super::{guarded, Reply};
+
+    #[test]
+    fn a_panicking_handler_still_answers_an_error() {
+        let (daemon, client) = UnixStream::pair().unwrap();
+        guarded(daemon, |_conn| panic!("handler bug"));
+        let mut line = String::new();
+        BufReader::new(client).read_line(&mut line).unwrap();
+        let r: Reply = serde_json::from_str(&line).unwrap();
+        assert!(!r.ok);
+        assert!(r.error.unwrap().contains("internal error"));
+    }
+
+    #[test]
+    fn a_handler_that_answers_is_left_alone() {
+        let (daemon, client) = UnixStream::pair().unwrap();
+        guarded(daemon, |mut conn| {
+            super::send(&mut conn, &super::done(serde_json::json!(1))).unwrap()
+        });
+        let lines: Vec<String> = BufReader::new(client).lines().map(Result::unwrap).collect();
+        assert_eq!(lines.len(), 1);
+        assert!(serde_json::from_str::<Reply>(&lines[0]).unwrap().ok);
+    }
 }

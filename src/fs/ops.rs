@@ -1,5 +1,7 @@
 //! The protocol edge: fuser's `Filesystem` trait, translated to the typed operations of
-//! this module. Every request gets a reply; failures are errnos, never panics.
+//! this module. Every request gets exactly one reply; failures are errnos, and a panic
+//! in a handler is caught (`guard`) and answered EIO, so it never takes a request thread
+//! (or, with the last of them, the daemon) down.
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -13,11 +15,14 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
+mod guard;
+
 use super::entry::Caller;
 use super::file::SetAttr;
 use super::xattr::XattrReply;
 use super::AgxFs;
 use crate::ids::{HandleId, NodeId};
+use guard::guard;
 
 fn caller(req: &Request) -> Caller {
     Caller {
@@ -70,70 +75,81 @@ fn reply_xattr(reply: ReplyXattr, r: Result<XattrReply, Errno>) {
 
 impl Filesystem for AgxFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let report = self.negotiate(config);
-        self.passthrough
-            .store(report.passthrough, Ordering::Relaxed);
-        log::info!(
-            "kernel FUSE ABI {:?}; granted: {}; passthrough: {}",
-            config.kernel_abi(),
-            report.granted.join(" "),
-            if report.passthrough { "on" } else { "off" }
-        );
-        let (_, budget) = self.inodes.descriptors();
-        log::info!(
-            "descriptors: up to {budget} held for cached inodes (limit {}); others reopened by name",
-            super::descriptors::nofile_limit()
-        );
-        *self.report.lock().unwrap_or_else(|e| e.into_inner()) = Some(report);
-        Ok(())
+        guard("init", || {
+            let report = self.negotiate(config);
+            self.passthrough
+                .store(report.passthrough, Ordering::Relaxed);
+            log::info!(
+                "kernel FUSE ABI {:?}; granted: {}; passthrough: {}",
+                config.kernel_abi(),
+                report.granted.join(" "),
+                if report.passthrough { "on" } else { "off" }
+            );
+            let (_, budget) = self.inodes.descriptors();
+            log::info!(
+                "descriptors: up to {budget} held for cached inodes (limit {}); others reopened by name",
+                super::descriptors::nofile_limit()
+            );
+            *self.report.lock().unwrap_or_else(|e| e.into_inner()) = Some(report);
+            Ok(())
+        })
+        .unwrap_or_else(|| Err(std::io::Error::other("INIT panicked")))
     }
 
     fn destroy(&mut self) {
-        log::info!(
-            "unmounted; {} nodes ({} holding a descriptor) and {} handles were live",
-            self.inodes.len(),
-            self.inodes.descriptors().0,
-            self.handles.len()
-        );
+        guard("destroy", || {
+            log::info!(
+                "unmounted; {} nodes ({} holding a descriptor) and {} handles were live",
+                self.inodes.len(),
+                self.inodes.descriptors().0,
+                self.handles.len()
+            );
+        });
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        // Views: no negative entries, nothing cached (see fs/views.rs).
-        if let Some(r) = self.view_lookup(id(parent), name) {
-            match r {
-                Ok(attr) => reply.entry(&super::views::VIEW_TTL, &attr, Generation(0)),
+        guard("lookup", || {
+            // Views: no negative entries, nothing cached (see fs/views.rs).
+            if let Some(r) = self.view_lookup(id(parent), name) {
+                match r {
+                    Ok(attr) => reply.entry(&super::views::VIEW_TTL, &attr, Generation(0)),
+                    Err(e) => reply.error(e),
+                }
+                return;
+            }
+            match self.do_lookup(id(parent), name) {
+                Ok(attr) => reply.entry(&self.cfg.ttl, &attr, Generation(0)),
+                // A negative entry the kernel may cache: every creation goes through the mount.
+                Err(e) if e == Errno::ENOENT => {
+                    let mut attr = self.agx_dir_attr();
+                    attr.ino = INodeNo(0);
+                    reply.entry(&self.cfg.ttl, &attr, Generation(0))
+                }
                 Err(e) => reply.error(e),
             }
-            return;
-        }
-        match self.do_lookup(id(parent), name) {
-            Ok(attr) => reply.entry(&self.cfg.ttl, &attr, Generation(0)),
-            // A negative entry the kernel may cache: every creation goes through the mount.
-            Err(e) if e == Errno::ENOENT => {
-                let mut attr = self.agx_dir_attr();
-                attr.ino = INodeNo(0);
-                reply.entry(&self.cfg.ttl, &attr, Generation(0))
-            }
-            Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.inodes.forget(id(ino), nlookup);
+        guard("forget", || {
+            self.inodes.forget(id(ino), nlookup);
+        });
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        if id(ino).is_view() {
-            match self.view_getattr(id(ino)) {
-                Ok(attr) => reply.attr(&super::views::VIEW_TTL, &attr),
+        guard("getattr", || {
+            if id(ino).is_view() {
+                match self.view_getattr(id(ino)) {
+                    Ok(attr) => reply.attr(&super::views::VIEW_TTL, &attr),
+                    Err(e) => reply.error(e),
+                }
+                return;
+            }
+            match self.do_getattr(id(ino), fh.map(hid)) {
+                Ok(attr) => reply.attr(&self.attr_ttl(id(ino)), &attr),
                 Err(e) => reply.error(e),
             }
-            return;
-        }
-        match self.do_getattr(id(ino), fh.map(hid)) {
-            Ok(attr) => reply.attr(&self.attr_ttl(id(ino)), &attr),
-            Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn setattr(
@@ -154,30 +170,34 @@ impl Filesystem for AgxFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let set = SetAttr {
-            mode,
-            uid,
-            gid,
-            size,
-            atime,
-            mtime,
-        };
-        match self.do_setattr(id(ino), fh.map(hid), set, caller(req)) {
-            Ok(attr) => reply.attr(&self.cfg.ttl, &attr),
-            Err(e) => reply.error(e),
-        }
+        guard("setattr", || {
+            let set = SetAttr {
+                mode,
+                uid,
+                gid,
+                size,
+                atime,
+                mtime,
+            };
+            match self.do_setattr(id(ino), fh.map(hid), set, caller(req)) {
+                Ok(attr) => reply.attr(&self.cfg.ttl, &attr),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let r = if id(ino).is_view() {
-            self.view_readlink(id(ino))
-        } else {
-            self.do_readlink(id(ino))
-        };
-        match r {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(e),
-        }
+        guard("readlink", || {
+            let r = if id(ino).is_view() {
+                self.view_readlink(id(ino))
+            } else {
+                self.do_readlink(id(ino))
+            };
+            match r {
+                Ok(t) => reply.data(&t),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 
     fn mknod(
@@ -190,8 +210,10 @@ impl Filesystem for AgxFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.do_mknod(id(parent), name, mode, rdev, caller_with_umask(req, umask));
-        self.reply_entry(reply, r);
+        guard("mknod", || {
+            let r = self.do_mknod(id(parent), name, mode, rdev, caller_with_umask(req, umask));
+            self.reply_entry(reply, r);
+        });
     }
 
     fn mkdir(
@@ -203,16 +225,22 @@ impl Filesystem for AgxFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.do_mkdir(id(parent), name, mode, caller_with_umask(req, umask));
-        self.reply_entry(reply, r);
+        guard("mkdir", || {
+            let r = self.do_mkdir(id(parent), name, mode, caller_with_umask(req, umask));
+            self.reply_entry(reply, r);
+        });
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.do_remove(id(parent), name, false, caller(req)));
+        guard("unlink", || {
+            reply_empty(reply, self.do_remove(id(parent), name, false, caller(req)));
+        });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.do_remove(id(parent), name, true, caller(req)));
+        guard("rmdir", || {
+            reply_empty(reply, self.do_remove(id(parent), name, true, caller(req)));
+        });
     }
 
     fn symlink(
@@ -223,8 +251,10 @@ impl Filesystem for AgxFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let r = self.do_symlink(id(parent), link_name, target, caller(req));
-        self.reply_entry(reply, r);
+        guard("symlink", || {
+            let r = self.do_symlink(id(parent), link_name, target, caller(req));
+            self.reply_entry(reply, r);
+        });
     }
 
     fn rename(
@@ -237,17 +267,19 @@ impl Filesystem for AgxFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        reply_empty(
-            reply,
-            self.do_rename(
-                id(parent),
-                name,
-                id(newparent),
-                newname,
-                flags.bits(),
-                caller(req),
-            ),
-        );
+        guard("rename", || {
+            reply_empty(
+                reply,
+                self.do_rename(
+                    id(parent),
+                    name,
+                    id(newparent),
+                    newname,
+                    flags.bits(),
+                    caller(req),
+                ),
+            );
+        });
     }
 
     fn link(
@@ -258,35 +290,39 @@ impl Filesystem for AgxFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = self.do_link(id(ino), id(newparent), newname, caller(req));
-        self.reply_entry(reply, r);
+        guard("link", || {
+            let r = self.do_link(id(ino), id(newparent), newname, caller(req));
+            self.reply_entry(reply, r);
+        });
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        if id(ino).is_view() {
-            match self.view_open(id(ino), flags.0) {
-                // No FOPEN_KEEP_CACHE: every open reads afresh.
-                Ok(fh) => reply.opened(FileHandle(fh.0), fuser::FopenFlags::empty()),
+        guard("open", || {
+            if id(ino).is_view() {
+                match self.view_open(id(ino), flags.0) {
+                    // No FOPEN_KEEP_CACHE: every open reads afresh.
+                    Ok(fh) => reply.opened(FileHandle(fh.0), fuser::FopenFlags::empty()),
+                    Err(e) => reply.error(e),
+                }
+                return;
+            }
+            let r = self.do_open(id(ino), flags.0, caller(req), |fd| reply.open_backing(fd));
+            match r {
+                Ok(o) => {
+                    let fh = FileHandle(o.fh.0);
+                    if o.passthrough {
+                        let slot = o.node.backing.lock().unwrap_or_else(|e| e.into_inner());
+                        match &slot.id {
+                            Some(b) => reply.opened_passthrough(fh, o.flags, b),
+                            None => reply.opened(fh, o.flags),
+                        }
+                    } else {
+                        reply.opened(fh, o.flags)
+                    }
+                }
                 Err(e) => reply.error(e),
             }
-            return;
-        }
-        let r = self.do_open(id(ino), flags.0, caller(req), |fd| reply.open_backing(fd));
-        match r {
-            Ok(o) => {
-                let fh = FileHandle(o.fh.0);
-                if o.passthrough {
-                    let slot = o.node.backing.lock().unwrap_or_else(|e| e.into_inner());
-                    match &slot.id {
-                        Some(b) => reply.opened_passthrough(fh, o.flags, b),
-                        None => reply.opened(fh, o.flags),
-                    }
-                } else {
-                    reply.opened(fh, o.flags)
-                }
-            }
-            Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn read(
@@ -300,15 +336,17 @@ impl Filesystem for AgxFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let r = if hid(fh).is_view() {
-            self.view_read(hid(fh), offset, size)
-        } else {
-            self.do_read(hid(fh), offset, size)
-        };
-        match r {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(e),
-        }
+        guard("read", || {
+            let r = if hid(fh).is_view() {
+                self.view_read(hid(fh), offset, size)
+            } else {
+                self.do_read(hid(fh), offset, size)
+            };
+            match r {
+                Ok(d) => reply.data(&d),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 
     fn write(
@@ -323,15 +361,17 @@ impl Filesystem for AgxFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.do_write(
-            hid(fh),
-            offset,
-            data,
-            _write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID),
-        ) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(e),
-        }
+        guard("write", || {
+            match self.do_write(
+                hid(fh),
+                offset,
+                data,
+                _write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID),
+            ) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 
     fn flush(
@@ -342,9 +382,11 @@ impl Filesystem for AgxFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Nothing to flush: writes reach the backing file before they are acknowledged, and
-        // locks are the kernel's. ENOSYS tells the kernel to stop sending FLUSH on close.
-        reply.error(Errno::ENOSYS);
+        guard("flush", || {
+            // Nothing to flush: writes reach the backing file before they are acknowledged, and
+            // locks are the kernel's. ENOSYS tells the kernel to stop sending FLUSH on close.
+            reply.error(Errno::ENOSYS);
+        });
     }
 
     fn release(
@@ -357,18 +399,20 @@ impl Filesystem for AgxFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        // Answered first: the kernel sends RELEASE after `close` returned and waits for
-        // nothing after it, but the thread stays busy until it answers, and the closing
-        // process's next requests wake other threads onto the same CPU meanwhile. On 2
-        // CPUs a release that answers late adds several times its own time to a loop of
-        // creations (`create_10k`). The bookkeeping after the answer races with later
-        // requests exactly as it did before it: the kernel never waited for it.
-        reply.ok();
-        if hid(fh).is_view() {
-            self.view_release(hid(fh));
-        } else {
-            self.do_release(hid(fh));
-        }
+        guard("release", || {
+            // Answered first: the kernel sends RELEASE after `close` returned and waits for
+            // nothing after it, but the thread stays busy until it answers, and the closing
+            // process's next requests wake other threads onto the same CPU meanwhile. On 2
+            // CPUs a release that answers late adds several times its own time to a loop of
+            // creations (`create_10k`). The bookkeeping after the answer races with later
+            // requests exactly as it did before it: the kernel never waited for it.
+            reply.ok();
+            if hid(fh).is_view() {
+                self.view_release(hid(fh));
+            } else {
+                self.do_release(hid(fh));
+            }
+        });
     }
 
     fn fsync(
@@ -379,25 +423,29 @@ impl Filesystem for AgxFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        if hid(fh).is_view() {
-            // Nothing of a view is ever written.
-            return reply.ok();
-        }
-        reply_empty(reply, self.do_fsync(hid(fh), datasync));
+        guard("fsync", || {
+            if hid(fh).is_view() {
+                // Nothing of a view is ever written.
+                return reply.ok();
+            }
+            reply_empty(reply, self.do_fsync(hid(fh), datasync));
+        });
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        if id(ino).is_view() {
-            match self.view_opendir(id(ino)) {
-                Ok(fh) => reply.opened(FileHandle(fh.0), fuser::FopenFlags::empty()),
+        guard("opendir", || {
+            if id(ino).is_view() {
+                match self.view_opendir(id(ino)) {
+                    Ok(fh) => reply.opened(FileHandle(fh.0), fuser::FopenFlags::empty()),
+                    Err(e) => reply.error(e),
+                }
+                return;
+            }
+            match self.do_opendir(id(ino)) {
+                Ok((fh, flags)) => reply.opened(FileHandle(fh.0), flags),
                 Err(e) => reply.error(e),
             }
-            return;
-        }
-        match self.do_opendir(id(ino)) {
-            Ok((fh, flags)) => reply.opened(FileHandle(fh.0), flags),
-            Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn readdir(
@@ -408,14 +456,16 @@ impl Filesystem for AgxFs {
         offset: u64,
         reply: ReplyDirectory,
     ) {
-        let r = if hid(fh).is_view() {
-            self.view_readdir(hid(fh), offset, reply)
-        } else {
-            self.do_readdir(hid(fh), offset, reply)
-        };
-        if let Err((e, reply)) = r {
-            reply.error(e);
-        }
+        guard("readdir", || {
+            let r = if hid(fh).is_view() {
+                self.view_readdir(hid(fh), offset, reply)
+            } else {
+                self.do_readdir(hid(fh), offset, reply)
+            };
+            if let Err((e, reply)) = r {
+                reply.error(e);
+            }
+        });
     }
 
     fn readdirplus(
@@ -426,14 +476,16 @@ impl Filesystem for AgxFs {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        let r = if hid(fh).is_view() {
-            self.view_readdirplus(hid(fh), offset, reply)
-        } else {
-            self.do_readdirplus(hid(fh), offset, reply)
-        };
-        if let Err((e, reply)) = r {
-            reply.error(e);
-        }
+        guard("readdirplus", || {
+            let r = if hid(fh).is_view() {
+                self.view_readdirplus(hid(fh), offset, reply)
+            } else {
+                self.do_readdirplus(hid(fh), offset, reply)
+            };
+            if let Err((e, reply)) = r {
+                reply.error(e);
+            }
+        });
     }
 
     fn releasedir(
@@ -444,12 +496,14 @@ impl Filesystem for AgxFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        if hid(fh).is_view() {
-            self.view_release(hid(fh));
-        } else {
-            self.do_releasedir(hid(fh));
-        }
-        reply.ok();
+        guard("releasedir", || {
+            if hid(fh).is_view() {
+                self.view_release(hid(fh));
+            } else {
+                self.do_releasedir(hid(fh));
+            }
+            reply.ok();
+        });
     }
 
     fn fsyncdir(
@@ -460,11 +514,13 @@ impl Filesystem for AgxFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.do_fsync(hid(fh), datasync));
+        guard("fsyncdir", || {
+            reply_empty(reply, self.do_fsync(hid(fh), datasync));
+        });
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.do_statfs() {
+        guard("statfs", || match self.do_statfs() {
             Ok(s) => reply.statfs(
                 s.f_blocks,
                 s.f_bfree,
@@ -476,7 +532,7 @@ impl Filesystem for AgxFs {
                 s.f_frsize as u32,
             ),
             Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn setxattr(
@@ -489,28 +545,38 @@ impl Filesystem for AgxFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply_empty(
-            reply,
-            self.do_setxattr(id(ino), name, value, flags, req.pid()),
-        );
+        guard("setxattr", || {
+            reply_empty(
+                reply,
+                self.do_setxattr(id(ino), name, value, flags, req.pid()),
+            );
+        });
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        reply_xattr(reply, self.do_getxattr(id(ino), name, size));
+        guard("getxattr", || {
+            reply_xattr(reply, self.do_getxattr(id(ino), name, size));
+        });
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let privileged = req.uid() == 0;
-        reply_xattr(reply, self.do_listxattr(id(ino), size, privileged));
+        guard("listxattr", || {
+            let privileged = req.uid() == 0;
+            reply_xattr(reply, self.do_listxattr(id(ino), size, privileged));
+        });
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.do_removexattr(id(ino), name, req.pid()));
+        guard("removexattr", || {
+            reply_empty(reply, self.do_removexattr(id(ino), name, req.pid()));
+        });
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        // The mount uses default_permissions: the kernel checks access itself.
-        reply.ok();
+        guard("access", || {
+            // The mount uses default_permissions: the kernel checks access itself.
+            reply.ok();
+        });
     }
 
     fn create(
@@ -523,32 +589,39 @@ impl Filesystem for AgxFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = self.do_create(
-            id(parent),
-            name,
-            mode,
-            flags,
-            caller_with_umask(req, umask),
-            |fd| reply.open_backing(fd),
-        );
-        match r {
-            Ok((o, attr)) => {
-                let fh = FileHandle(o.fh.0);
-                let ttl = self.cfg.ttl;
-                if o.passthrough {
-                    let slot = o.node.backing.lock().unwrap_or_else(|e| e.into_inner());
-                    match &slot.id {
-                        Some(b) => {
-                            reply.created_passthrough(&ttl, &attr, Generation(0), fh, o.flags, b)
+        guard("create", || {
+            let r = self.do_create(
+                id(parent),
+                name,
+                mode,
+                flags,
+                caller_with_umask(req, umask),
+                |fd| reply.open_backing(fd),
+            );
+            match r {
+                Ok((o, attr)) => {
+                    let fh = FileHandle(o.fh.0);
+                    let ttl = self.cfg.ttl;
+                    if o.passthrough {
+                        let slot = o.node.backing.lock().unwrap_or_else(|e| e.into_inner());
+                        match &slot.id {
+                            Some(b) => reply.created_passthrough(
+                                &ttl,
+                                &attr,
+                                Generation(0),
+                                fh,
+                                o.flags,
+                                b,
+                            ),
+                            None => reply.created(&ttl, &attr, Generation(0), fh, o.flags),
                         }
-                        None => reply.created(&ttl, &attr, Generation(0), fh, o.flags),
+                    } else {
+                        reply.created(&ttl, &attr, Generation(0), fh, o.flags)
                     }
-                } else {
-                    reply.created(&ttl, &attr, Generation(0), fh, o.flags)
                 }
+                Err(e) => reply.error(e),
             }
-            Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn fallocate(
@@ -561,10 +634,12 @@ impl Filesystem for AgxFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        reply_empty(
-            reply,
-            self.do_fallocate(hid(fh), offset, length, mode, caller(req)),
-        );
+        guard("fallocate", || {
+            reply_empty(
+                reply,
+                self.do_fallocate(hid(fh), offset, length, mode, caller(req)),
+            );
+        });
     }
 
     fn lseek(
@@ -576,15 +651,17 @@ impl Filesystem for AgxFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        let r = if hid(fh).is_view() {
-            self.view_lseek(hid(fh), offset, whence)
-        } else {
-            self.do_lseek(hid(fh), offset, whence)
-        };
-        match r {
-            Ok(o) => reply.offset(o),
-            Err(e) => reply.error(e),
-        }
+        guard("lseek", || {
+            let r = if hid(fh).is_view() {
+                self.view_lseek(hid(fh), offset, whence)
+            } else {
+                self.do_lseek(hid(fh), offset, whence)
+            };
+            match r {
+                Ok(o) => reply.offset(o),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 
     fn ioctl(
@@ -598,11 +675,13 @@ impl Filesystem for AgxFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        // No ioctl is served, and quietly: isatty() asks TCGETS of nearly every file a
-        // program opens, and the kernel does not remember a refusal. ENOTTY is what a
-        // filesystem answers to a command it does not know. Forwarding commands to the
-        // backing file is not an option: they would run with the daemon's privileges.
-        reply.error(Errno::ENOTTY);
+        guard("ioctl", || {
+            // No ioctl is served, and quietly: isatty() asks TCGETS of nearly every file a
+            // program opens, and the kernel does not remember a refusal. ENOTTY is what a
+            // filesystem answers to a command it does not know. Forwarding commands to the
+            // backing file is not an option: they would run with the daemon's privileges.
+            reply.error(Errno::ENOTTY);
+        });
     }
 
     fn copy_file_range(
@@ -618,16 +697,18 @@ impl Filesystem for AgxFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        match self.do_copy_file_range(
-            hid(fh_in),
-            offset_in,
-            hid(fh_out),
-            offset_out,
-            len,
-            caller(req),
-        ) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(e),
-        }
+        guard("copy_file_range", || {
+            match self.do_copy_file_range(
+                hid(fh_in),
+                offset_in,
+                hid(fh_out),
+                offset_out,
+                len,
+                caller(req),
+            ) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 }

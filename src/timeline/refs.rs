@@ -50,9 +50,17 @@ pub enum RefError {
     Timeline(#[from] TimelineError),
 }
 
+// Parsing never slices a `&str` by byte index: a REF comes from anywhere (a command
+// line, a lookup under `.agx/at/` on the request path), and a slice off a character
+// boundary panics. Prefixes are split off with `strip_prefix`, byte positions are read
+// with `get`.
+
+/// A relative time (`10m`: ten minutes before now), in nanoseconds.
 fn relative(s: &str) -> Option<i64> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
-    let n: i64 = num.parse().ok()?;
+    // The digits are ASCII, so their count is also the byte offset of the unit.
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    let n: i64 = s.get(..digits)?.parse().ok()?;
+    let unit = s.get(digits..)?;
     let secs = match unit {
         "s" => 1,
         "m" => 60,
@@ -109,9 +117,12 @@ impl Ref {
         }
         // Anything else names a checkpoint, if it could be a name at all.
         let digits_then_unit = s.starts_with(|c: char| c.is_ascii_digit())
-            && s.trim_start_matches(|c: char| c.is_ascii_digit()).len() <= 1;
-        let looks_like_time =
-            s.len() >= 4 && s[..4].chars().all(|c| c.is_ascii_digit()) && s[4..].starts_with('-');
+            && s.trim_start_matches(|c: char| c.is_ascii_digit())
+                .chars()
+                .count()
+                <= 1;
+        let looks_like_time = matches!(s.as_bytes(), [a, b, c, d, b'-', ..]
+            if [a, b, c, d].iter().all(|x| x.is_ascii_digit()));
         if s.is_empty()
             || s.contains(['/', ':'])
             || s.starts_with('-')
@@ -143,7 +154,7 @@ impl Ref {
         }
         let at = match self {
             Ref::Time(t) => Some(*t),
-            Ref::Ago(d) => Some(now_ns - d),
+            Ref::Ago(d) => Some(now_ns.saturating_sub(*d)),
             _ => None,
         };
         if at.is_some_and(|t| t >= h.time_ns) {
@@ -171,7 +182,7 @@ impl Ref {
                 }
                 Ok(timeline.seq_at_time(*t)?)
             }
-            Ref::Ago(d) => Ok(timeline.seq_at_time(now_ns - d)?),
+            Ref::Ago(d) => Ok(timeline.seq_at_time(now_ns.saturating_sub(*d))?),
             Ref::Checkpoint(id) => Ok(timeline
                 .checkpoint(*id)?
                 .ok_or(RefError::UnknownCheckpoint(*id))?
@@ -246,6 +257,18 @@ mod tests {
         ] {
             assert!(!valid_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn non_ascii_is_a_name_or_malformed_never_a_panic() {
+        for s in [
+            "abcé", "é", "2026é", "2026-é", "é-", "10é", "éééé", "event:é", "cp:é",
+        ] {
+            let _ = Ref::parse(s);
+        }
+        assert_eq!(Ref::parse("abcé").unwrap(), Ref::Named("abcé".into()));
+        assert!(matches!(Ref::parse("2026-é"), Err(RefError::Malformed(_))));
+        assert!(matches!(Ref::parse("10é"), Err(RefError::Malformed(_))));
     }
 
     #[test]
