@@ -11,6 +11,7 @@ mod concurrent;
 mod fsimage;
 mod hardlinks;
 mod ignore;
+mod lost;
 mod outside;
 mod reuse;
 mod special;
