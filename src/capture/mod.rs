@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod gitindex;
+pub mod head;
 pub mod ignore;
 mod journal;
 pub mod linked;
@@ -35,6 +36,9 @@ pub enum CaptureError {
         #[source]
         source: std::io::Error,
     },
+    /// The timeline ends before events agx recorded (see `head.rs`).
+    #[error("the timeline lost recorded history: it ends at event {have} but events up to {recorded} were recorded (was .agx/timeline.db-wal deleted, or timeline.db put back from an older copy?); nothing is recorded until `agx verify --repair` accepts the loss")]
+    HistoryLost { have: i64, recorded: i64 },
 }
 
 impl CaptureError {

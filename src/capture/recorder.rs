@@ -214,6 +214,8 @@ pub(super) struct Shared {
     pub(super) linked: super::linked::Linked,
     /// Paths of events not yet in the timeline database.
     pub(super) recent: super::policy::Recent,
+    /// The highest event known to be in the database (see `head.rs`).
+    pub(super) head: Mutex<super::head::Head>,
 }
 
 impl Shared {
@@ -246,6 +248,9 @@ pub struct Recorder {
     ended: AtomicU64,
     /// See [`Recorder::tree_epoch`].
     epoch: AtomicU64,
+    /// History the database lost: (its last event, the last one recorded), until a
+    /// person accepts the loss (see `head.rs`).
+    lost: Mutex<Option<(i64, i64)>>,
     /// Paths checked for changes made outside agx (`outside.rs`): once per mount.
     checked: Mutex<std::collections::HashSet<Vec<u8>>>,
     tx: Sender<Job>,
@@ -288,6 +293,7 @@ impl Recorder {
         cfg: CaptureConfig,
         mut timeline: Timeline,
         query: Timeline,
+        tolerate_loss: bool,
     ) -> Result<Recorder, super::CaptureError> {
         let fsync = cfg.fsync == super::config::Fsync::Always;
         let store = Store::open(agx, fsync)?;
@@ -299,6 +305,8 @@ impl Recorder {
         )
         .map_err(|e| super::CaptureError::io("/proc/self/fd")(e.into()))?;
         let journal = Journal::open(agx, fsync).map_err(super::CaptureError::io("journal"))?;
+        let head =
+            super::head::Head::open(agx, fsync).map_err(super::CaptureError::io(".agx/head"))?;
         let shared = Arc::new(Shared {
             store,
             staging,
@@ -312,8 +320,24 @@ impl Recorder {
             slots: super::slots::Slots::for_limit(crate::fs::nofile_limit()),
             linked: Default::default(),
             recent: Default::default(),
+            head: Mutex::new(head),
         });
         let last = super::recovery::recover(&shared, agx, &mut timeline)?;
+        // History the database lost (see `head.rs`): refused unless the caller reports it.
+        let (lost, next) = {
+            let mut head = shared.head.lock().unwrap_or_else(|e| e.into_inner());
+            let have = timeline.max_seq()?.0;
+            let lost = (head.at() > have).then_some((have, head.at()));
+            if let (Some((have, recorded)), false) = (lost, tolerate_loss) {
+                return Err(super::CaptureError::HistoryLost { have, recorded });
+            }
+            if lost.is_none() {
+                head.advance(have)
+                    .map_err(super::CaptureError::io("writing .agx/head"))?;
+            }
+            // Sequence numbers are never handed out twice, lost ones included.
+            (lost, last.0.max(head.at()))
+        };
         let reader_root = rustix::io::dup(&shared.root)
             .map_err(|e| super::CaptureError::io("project root")(e.into()))?;
         let ignore = IgnoreRules::new(
@@ -330,7 +354,8 @@ impl Recorder {
         shared.slots.set_worker(worker.thread().clone());
         Ok(Recorder {
             shared,
-            next_seq: AtomicI64::new(last.0 + 1),
+            next_seq: AtomicI64::new(next + 1),
+            lost: Mutex::new(lost),
             ended: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             checked: Mutex::default(),
@@ -377,6 +402,25 @@ impl Recorder {
     /// link), not names in the project.
     pub fn staged_links(&self, key: InodeKey) -> u64 {
         self.shared.linked.links(key)
+    }
+
+    /// History the timeline database lost, if any: (its last event, the last one
+    /// recorded). Only a recorder opened with `tolerate_loss` has one.
+    pub fn lost(&self) -> Option<(i64, i64)> {
+        *self.lost.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A person accepts the loss of history: the timeline as it is becomes the record.
+    pub fn accept_loss(&self) -> Result<(), super::CaptureError> {
+        let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, recorded)) = *lost {
+            self.query
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .accept_loss(Seq(recorded), now_ns())?;
+            *lost = None;
+        }
+        Ok(())
     }
 
     /// Whether `path` was checked for changes made outside agx (see `outside.rs`).

@@ -434,10 +434,21 @@ pub(super) fn run(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>
         opened = None;
         if !batch.is_empty() {
             match timeline.insert(batch.iter().map(|f| &f.event)) {
-                Ok(()) => batch.iter().for_each(|f| {
-                    f.clean(&shared);
-                    shared.recent.remove(&f.event);
-                }),
+                Ok(()) => {
+                    let top = batch.iter().map(|f| f.event.seq.0).max().unwrap_or(0);
+                    if let Err(e) = shared
+                        .head
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .advance(top)
+                    {
+                        log::warn!("cannot write .agx/head: {e}");
+                    }
+                    batch.iter().for_each(|f| {
+                        f.clean(&shared);
+                        shared.recent.remove(&f.event);
+                    })
+                }
                 Err(e) => {
                     log::error!(
                         "timeline: cannot record {} events now ({e}); the journal keeps them for the next start",

@@ -25,6 +25,11 @@ pub struct Project {
 
 impl Project {
     pub fn open(dir: &Path) -> Result<Project> {
+        Self::open_with(dir, Default::default())
+    }
+
+    /// [`Project::open`]; an unmounted project's engine opens as `how` says.
+    pub fn open_with(dir: &Path, how: crate::control::engine::Opening) -> Result<Project> {
         let root = crate::mount::resolve_dir(dir)?;
         if let Some(st) = crate::mount::live_state(&root) {
             let paths = control::paths(&st.project)?;
@@ -34,7 +39,7 @@ impl Project {
                 backend: Backend::Remote(paths.socket),
             });
         }
-        let engine = Engine::open_path(&root)?;
+        let engine = Engine::open_path_with(&root, how)?;
         Ok(Project {
             root,
             mountpoint: None,

@@ -8,7 +8,13 @@ use super::history::Project;
 use crate::control::proto::Request;
 
 pub fn verify(dir: &Path, repair: bool, json: bool) -> Result<()> {
-    let project = Project::open(dir)?;
+    // A timeline that lost history is opened to be reported (or, with --repair, the
+    // loss accepted) rather than refused.
+    let how = crate::control::engine::Opening {
+        check_integrity: false,
+        tolerate_loss: true,
+    };
+    let project = Project::open_with(dir, how)?;
     let v = project.request(Request::Verify { repair }, &mut |_, _| {})?;
     let problems = v["problems"].as_array().cloned().unwrap_or_default();
     if json {

@@ -37,6 +37,8 @@ pub enum EngineError {
     Store(#[from] crate::store::StoreError),
     #[error("{0}: no agx history here (mount it with `agx mount` first)")]
     NoHistory(String),
+    #[error(".agx/timeline.db is damaged ({0}); `agx verify` lists the problems. Move .agx/timeline.db and its -wal and -shm files aside to start a new history (the stored objects stay)")]
+    Damaged(String),
     #[error("{0} is in use by another agx process (a daemon or a running command)")]
     Locked(String),
     #[error("{path} did not exist at {at}")]
@@ -104,6 +106,17 @@ pub fn read_config(agx: impl AsFd) -> Result<Config, EngineError> {
     }
 }
 
+/// How an engine opens its project.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Opening {
+    /// Check the timeline database's pages (`PRAGMA quick_check`, about a second per
+    /// GiB) and refuse a damaged one. The daemon does, at mount.
+    pub check_integrity: bool,
+    /// Open a timeline that lost recorded history (see `capture::head`) to report it
+    /// (`agx verify`) or accept the loss (`--repair`), rather than refusing.
+    pub tolerate_loss: bool,
+}
+
 /// Told the paths a restore touched and the inodes whose link count it changed.
 type RestoreHook = Box<dyn Fn(&[Vec<u8>], &[u64]) + Send + Sync>;
 
@@ -135,6 +148,11 @@ impl Engine {
     /// taken before any mount) is `root`, creating `.agx/` if needed. Takes the project's
     /// lock: only one engine (daemon or command) at a time.
     pub fn open(root: OwnedFd, label: &str) -> Result<Engine, EngineError> {
+        Self::open_with(root, label, Opening::default())
+    }
+
+    /// [`Engine::open`] with options (see [`Opening`]).
+    pub fn open_with(root: OwnedFd, label: &str, how: Opening) -> Result<Engine, EngineError> {
         match rustix::fs::mkdirat(&root, crate::fs::AGX_DIR_NAME, Mode::from_raw_mode(0o700)) {
             Ok(()) | Err(rustix::io::Errno::EXIST) => {}
             Err(e) => return Err(io(format!("creating {label}/.agx"))(e.into())),
@@ -162,8 +180,20 @@ impl Engine {
         let rec_timeline = Timeline::open_in(&agx)?;
         let query = Timeline::open_in(&agx)?;
         let rec_root = rustix::io::dup(&root).map_err(|e| io("dup")(e.into()))?;
+        if how.check_integrity {
+            if let Some(problem) = query.quick_check()? {
+                return Err(EngineError::Damaged(problem));
+            }
+        }
         let rec_query = Timeline::open_in(&agx)?;
-        let recorder = Recorder::open(rec_root, &agx, cfg.capture, rec_timeline, rec_query)?;
+        let recorder = Recorder::open(
+            rec_root,
+            &agx,
+            cfg.capture,
+            rec_timeline,
+            rec_query,
+            how.tolerate_loss,
+        )?;
         let engine = Engine {
             root,
             agx,
@@ -180,6 +210,11 @@ impl Engine {
 
     /// Opens the engine of a project that is not mounted, by its path.
     pub fn open_path(project: &Path) -> Result<Engine, EngineError> {
+        Self::open_path_with(project, Opening::default())
+    }
+
+    /// [`Engine::open_path`] with options.
+    pub fn open_path_with(project: &Path, how: Opening) -> Result<Engine, EngineError> {
         if !project
             .join(crate::fs::AGX_DIR_NAME)
             .join("timeline.db")
@@ -193,7 +228,7 @@ impl Engine {
             Mode::empty(),
         )
         .map_err(|e| io(project.display().to_string())(e.into()))?;
-        Self::open(root, &project.display().to_string())
+        Self::open_with(root, &project.display().to_string(), how)
     }
 
     pub(crate) fn tl(&self) -> std::sync::MutexGuard<'_, Timeline> {

@@ -10,7 +10,7 @@ use crate::store::ObjectCheck;
 use crate::timeline::{Event, Kind, Op, SCHEMA_VERSION};
 
 /// One problem found. `kind` is one of: `corrupt-object`, `broken-base`,
-/// `unreadable-object`, `missing-object`, `schema`.
+/// `unreadable-object`, `missing-object`, `schema`, `lost-history`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Problem {
     pub kind: &'static str,
@@ -67,6 +67,23 @@ impl Engine {
     pub fn verify_all(&self, repair: bool) -> Result<VerifyReport, EngineError> {
         self.recorder.flush();
         let mut problems = Vec::new();
+        if let Some((have, recorded)) = self.recorder.lost() {
+            let accepted = repair && self.recorder.accept_loss().is_ok();
+            problems.push(Problem {
+                kind: "lost-history",
+                object: None,
+                events: Vec::new(),
+                detail: format!(
+                    "the timeline ends at event {have} but events up to {recorded} were recorded (a deleted timeline.db-wal, or a database put back from an older copy); {}",
+                    if accepted {
+                        "the loss is accepted: agx records again from here"
+                    } else {
+                        "agx refuses to record until `agx verify --repair` accepts the loss"
+                    }
+                ),
+                quarantined: false,
+            });
+        }
 
         let (schema_version, integrity, events) = {
             let tl = self.tl();

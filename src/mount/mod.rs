@@ -298,11 +298,17 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
     let engine_root = rustix::io::dup(&root)
         .map_err(|e| MountError::io("duplicating the project handle", e.into()))?;
     let engine = Arc::new(
-        Engine::open(engine_root, &p.project.display().to_string()).map_err(|e| {
-            MountError::MountFailed {
-                dir: p.project.clone(),
-                reason: e.to_string(),
-            }
+        Engine::open_with(
+            engine_root,
+            &p.project.display().to_string(),
+            crate::control::engine::Opening {
+                check_integrity: true,
+                tolerate_loss: false,
+            },
+        )
+        .map_err(|e| MountError::MountFailed {
+            dir: p.project.clone(),
+            reason: e.to_string(),
         })?,
     );
 

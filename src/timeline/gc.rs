@@ -113,6 +113,19 @@ impl Timeline {
     }
 
     /// Notes what the object phase of gc run `id` freed.
+    /// A person accepted that the events after the timeline's last one up to `recorded`
+    /// are lost (see `capture::head`): the points before `recorded` can no longer be
+    /// reconstructed, exactly as if gc had dropped them, so `recorded` becomes the oldest
+    /// restorable point (and sequence numbers go on after it).
+    pub fn accept_loss(&mut self, recorded: Seq, time_ns: i64) -> Result<(), TimelineError> {
+        self.conn.execute(
+            "INSERT INTO gc_runs (time_ns, seq, seq_time_ns, keep, events_deleted)
+             VALUES (?1, ?2, ?1, 'lost history accepted', 0)",
+            params![time_ns, recorded.0],
+        )?;
+        Ok(())
+    }
+
     pub fn gc_objects_done(
         &mut self,
         id: i64,

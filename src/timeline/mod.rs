@@ -193,6 +193,16 @@ impl Timeline {
         Ok(())
     }
 
+    /// SQLite's quick check of every page; None when the database is sound, else the
+    /// first problems it reports, on one line.
+    pub fn quick_check(&self) -> Result<Option<String>, TimelineError> {
+        let mut st = self.conn.prepare("PRAGMA quick_check(5)")?;
+        let rows: Vec<String> = st
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<Result<_, _>>()?;
+        Ok((rows != ["ok"]).then(|| rows.join("; ").replace('\n', " ")))
+    }
+
     pub fn schema_version(&self) -> Result<i64, TimelineError> {
         Ok(self
             .conn
