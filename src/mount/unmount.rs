@@ -85,7 +85,23 @@ pub fn unmount(dir: &Path, lazy: bool) -> Result<String, UnmountError> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    // The daemon's thread group leader can show as exited while another of its threads is
+    // still closing the shared descriptors: the project is free once its lock is.
+    while !lock_free(&state.project) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     Ok(format!("unmounted {}", mp.display()))
+}
+
+/// Whether nobody holds the project's lock (`.agx/lock`, held by a daemon or a command for
+/// as long as its engine lives); true when there is none to hold.
+fn lock_free(project: &Path) -> bool {
+    use rustix::fs::{flock, FlockOperation, Mode, OFlags};
+    let path = project.join(crate::fs::AGX_DIR_NAME).join("lock");
+    let Ok(fd) = rustix::fs::open(&path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) else {
+        return true;
+    };
+    flock(&fd, FlockOperation::NonBlockingLockShared).is_ok()
 }
 
 /// Asks the daemon of `st` to unmount `mp`. A daemon from before the request existed is
