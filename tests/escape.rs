@@ -86,6 +86,9 @@ fn assert_refused_three(out: &str) {
     }
 }
 
+/// agx's session mark, RLIMIT_RTTIME 2^62 us, as /proc/PID/limits shows it.
+const MARK: &str = "4611686018427387904";
+
 const THREE: &str = r#"for c in 'gc --keep 0s' 'checkpoint delete keepme' 'unpin now'; do "$AGX" $c 2>&1; echo "rc=$?"; done"#;
 
 #[test]
@@ -96,6 +99,7 @@ fn an_ended_hook_session_cannot_destroy_history() {
     // The agent starts its session through a hook, ends it itself, then tries.
     let script = format!(
         r#""$AGX" hook generic --event session-start --session s-1 --agent myagent
+grep "Max realtime timeout" /proc/$$/limits
 "$AGX" session end 2>&1
 {THREE}"#
     );
@@ -107,6 +111,10 @@ fn an_ended_hook_session_cannot_destroy_history() {
         .output()
         .unwrap();
     let out = stdout(&o);
+    // The daemon marked the agent process the hook found (and so what it starts later).
+    let (limits, out) = out.split_once('\n').unwrap();
+    let hard = limits.split_whitespace().nth(4);
+    assert_eq!(hard, Some(MARK), "{limits}");
     let out: String = out
         .lines()
         .filter(|l| !l.starts_with("agx: session "))
@@ -381,6 +389,13 @@ fn an_unmount_from_outside_agx_is_reported() {
         "session start",
     );
     let sid = s["id"].as_str().unwrap().to_string();
+    // The daemon marked the root it was given.
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", root.id())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max realtime timeout"))
+        .unwrap();
+    assert_eq!(line.split_whitespace().nth(4), Some(MARK), "{line}");
     let tool = if rustix::process::geteuid().is_root() {
         "umount"
     } else {

@@ -94,6 +94,14 @@ pub fn mark(pid: Option<u32>) -> std::io::Result<()> {
 /// have started helpers before the hook ran; processes it starts later inherit the mark).
 /// The root's result is returned; descendants are best effort.
 pub fn mark_tree(root: u32) -> std::io::Result<()> {
+    // Never init (a root daemon would mark every service started from then on) nor the
+    // process doing the marking (the daemon: it is no agent's).
+    if root <= 1 || root == std::process::id() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("process {root} is not marked as an agent session's"),
+        ));
+    }
     mark(Some(root))?;
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     if let Ok(rd) = std::fs::read_dir("/proc") {
