@@ -3,6 +3,7 @@
 //! and cached by (thread id, start time) so a recycled id is never mistaken for the thread
 //! that had it.
 
+pub mod agent;
 pub mod proc;
 pub mod registry;
 

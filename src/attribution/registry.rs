@@ -19,6 +19,9 @@ struct Inner {
     /// Every session that exists (open or ended): an environment marker naming another
     /// id is ignored.
     known: HashMap<SessionId, Option<i64>>,
+    /// Every root process a session ever had while this registry lived, open or ended:
+    /// their descendants stay barred from history-destroying commands (see `agent`).
+    ever: HashMap<(u32, u64), SessionId>,
 }
 
 #[derive(Default)]
@@ -50,6 +53,7 @@ impl Registry {
         i.known.entry(id).or_insert(None);
         if let Some(r) = root {
             i.roots.insert(r, id);
+            i.ever.insert(r, id);
         }
         drop(i);
         self.gen.fetch_add(1, Ordering::AcqRel);
@@ -65,6 +69,17 @@ impl Registry {
         }
         drop(i);
         self.gen.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Remembers that `root` was once the root process of session `id` (an ended session
+    /// from the timeline), without letting it claim processes.
+    pub fn remember_root(&self, root: (u32, u64), id: SessionId) {
+        self.write().ever.insert(root, id);
+    }
+
+    /// The session whose root process `root` is or was, open or ended.
+    pub fn root_ever(&self, root: (u32, u64)) -> Option<SessionId> {
+        self.read().ever.get(&root).copied()
     }
 
     /// The session rooted at process `root` (pid, start time), if any.

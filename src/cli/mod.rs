@@ -218,7 +218,20 @@ fn project_dir(cli_dir: Option<&Path>) -> PathBuf {
     cwd
 }
 
+/// Whether a command reports, before it runs, a daemon of its project that stopped
+/// without `agx unmount` (`mount::record`). `mount`, `unmount` and `status` report it
+/// themselves; hooks never write to the agent's terminal.
+fn warns_first(cmd: &Cmd) -> bool {
+    !matches!(
+        cmd,
+        Cmd::Mount { .. } | Cmd::Unmount { .. } | Cmd::Status | Cmd::Hook(_) | Cmd::Hooks(_)
+    )
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    if warns_first(&cli.cmd) {
+        mount::record::warn(&project_dir(cli.dir.as_deref()));
+    }
     match cli.cmd {
         Cmd::Run { agent, name, cmd } => {
             crate::logging::init(log::LevelFilter::Warn);
@@ -351,6 +364,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 },
             };
             let prepared = mount::prepare(&req)?;
+            // Reported once: this mount's daemon replaces the record.
+            if let Some(i) = &prepared.interrupted {
+                eprintln!("agx: warning: {}", i.message);
+            }
             if !foreground {
                 let users = mount::procs::with_cwd_inside(&prepared.mountpoint);
                 if !users.is_empty() {
@@ -386,6 +403,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             if cli.json {
                 let mut v = serde_json::to_value(&st)?;
                 v["recovered"] = serde_json::to_value(&prepared.recovered)?;
+                v["interrupted"] = serde_json::to_value(&prepared.interrupted)?;
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 for line in &recovered {
@@ -404,6 +422,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             crate::logging::init(log::LevelFilter::Warn);
             let dir = dir.unwrap_or_else(|| project_dir(cli.dir.as_deref()));
             let msg = mount::unmount(&dir, lazy)?;
+            // A dead mount removed: its daemon's record is readable now.
+            mount::record::warn(&dir);
             if cli.json {
                 println!("{}", serde_json::json!({ "ok": true, "message": msg }));
             } else {
@@ -454,6 +474,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 if let Some(h) = &hist {
                     keep::print_status_history(h);
                 }
+            }
+            if let (Some(i), false) = (&st.interrupted, cli.json) {
+                println!("warning:    {}", i.message);
             }
             Ok(())
         }

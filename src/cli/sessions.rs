@@ -89,6 +89,11 @@ pub fn run(
     // stay below the session's root; after that, the environment marker names it.
     let me = rustix::process::getpid();
     rustix::process::set_child_subreaper(Some(me)).context("becoming a child subreaper")?;
+    // The session's mark, before anything is started: the command and everything it
+    // starts inherit it and can never drop it (`attribution::agent`), so history-
+    // destroying commands stay refused to them after the session, outside our tree and
+    // with a scrubbed environment. The daemon marks the root too.
+    crate::attribution::agent::mark(None).context("marking this process as a session's")?;
     let id = start(
         &p,
         agent.or_else(|| Some(base_name(prog))),

@@ -122,5 +122,10 @@ pub fn handle(
         Request::Gc { keep, dry_run } => {
             json(engine.gc(keep.as_deref(), dry_run, caller).map_err(e)?)
         }
+        Request::Unmount { lazy } => {
+            engine.refuse_to_agents(caller, "agx unmount").map_err(e)?;
+            crate::mount::stop::unmount_requested(lazy).map_err(|x| x.to_string())?;
+            Ok(Value::Null)
+        }
     }
 }

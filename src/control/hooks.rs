@@ -135,6 +135,10 @@ impl Engine {
                 self.session_end(Some(&id.to_string()), &Default::default())?;
             }
         }
+        if r.action == HookAction::SessionStart {
+            // A resumed session is open again.
+            self.note_open_sessions();
+        }
         Ok(out)
     }
 
@@ -147,6 +151,7 @@ impl Engine {
         };
         let reg = self.attrib.sessions();
         if reg.rooted_at((pid, start)) != Some(id) {
+            self.mark_session_root(pid);
             reg.add(id, Some((pid, start)));
         }
     }

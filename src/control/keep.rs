@@ -7,11 +7,12 @@
 //! recorder may still refer to and the bases of every kept patch object. A crash between the
 //! two phases leaves only unreferenced objects, which the next gc deletes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
 use super::engine::{read_config, Engine, EngineError};
+use crate::attribution::agent;
 use crate::capture::config::parse_duration;
 use crate::capture::recorder::now_ns;
 use crate::ids::{ContentHash, Seq, SessionId};
@@ -45,13 +46,44 @@ pub struct GcReport {
     pub db_bytes_after: u64,
 }
 
-/// History-destroying commands are refused to agent sessions (invariant 3).
-fn refuse_in_session(caller: &Actor, what: &str) -> Result<(), EngineError> {
-    match &caller.session {
-        Some(s) => Err(EngineError::Invalid(format!(
-            "{what} is refused inside an agent session (this process belongs to session {s}); run it from outside the session"
-        ))),
-        None => Ok(()),
+impl Engine {
+    /// Whether process `pid` is part of an agent session, and why: its own or an
+    /// ancestor's session mark, environment, or being the root of any session ever
+    /// recorded (the timeline's and, in the daemon, every root a hook moved a session to).
+    pub fn agent_evidence(&self, pid: u32) -> Option<agent::Evidence> {
+        let recorded: HashMap<(u32, u64), SessionId> = match self.tl().sessions() {
+            Ok(list) => list
+                .into_iter()
+                .filter_map(|s| Some(((s.root_pid?, s.root_start?), s.id)))
+                .collect(),
+            Err(e) => {
+                log::warn!("reading the sessions' roots: {e}");
+                HashMap::new()
+            }
+        };
+        let reg = self.attrib.sessions();
+        agent::evidence(pid, &|p, st| {
+            recorded
+                .get(&(p, st))
+                .copied()
+                .or_else(|| reg.root_ever((p, st)))
+        })
+    }
+
+    /// Refuses `what`, a command that destroys history or stops recording (gc, checkpoint
+    /// delete, unpin, unmount, branch delete), to a caller in any agent session, ended or
+    /// not, whatever its environment (invariant 3). `caller` is the requesting process:
+    /// the control socket's peer, or this process for a command on an unmounted project.
+    /// Every such command calls this before it changes anything.
+    pub fn refuse_to_agents(&self, caller: &Actor, what: &str) -> Result<(), EngineError> {
+        let found = match &caller.session {
+            Some(s) => Some(agent::Evidence::Attributed { session: s.clone() }),
+            None => self.agent_evidence(caller.pid),
+        };
+        match found {
+            Some(e) => Err(EngineError::Invalid(agent::refusal(what, caller.pid, &e))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -147,7 +179,7 @@ impl Engine {
     }
 
     pub fn checkpoint_delete(&self, text: &str, caller: &Actor) -> Result<Checkpoint, EngineError> {
-        refuse_in_session(caller, "agx checkpoint delete")?;
+        self.refuse_to_agents(caller, "agx checkpoint delete")?;
         let c = self.find_checkpoint(text)?;
         self.tl().delete_checkpoint(c.id)?;
         Ok(c)
@@ -167,7 +199,7 @@ impl Engine {
 
     /// Removes the pin made as `text`, or else the pin at the point `text` names.
     pub fn unpin(&self, text: &str, caller: &Actor) -> Result<Pin, EngineError> {
-        refuse_in_session(caller, "agx unpin")?;
+        self.refuse_to_agents(caller, "agx unpin")?;
         let pins = self.tl().pins()?;
         let pin = match pins.iter().find(|p| p.by == text) {
             Some(p) => p.clone(),
@@ -194,7 +226,10 @@ impl Engine {
         dry_run: bool,
         caller: &Actor,
     ) -> Result<GcReport, EngineError> {
-        refuse_in_session(caller, "agx gc")?;
+        // A dry run changes nothing and tells an agent no more than `agx log` does.
+        if !dry_run {
+            self.refuse_to_agents(caller, "agx gc")?;
+        }
         let keep = match keep {
             Some(k) => k.to_string(),
             None => read_config(&self.agx)?.history.keep,

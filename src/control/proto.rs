@@ -101,6 +101,12 @@ pub enum Request {
         keep: Option<String>,
         dry_run: bool,
     },
+    /// `agx unmount`: the daemon checks the caller (refused to agent sessions, as gc) and
+    /// unmounts itself, so it knows the stop was asked for (`mount::stop`).
+    Unmount {
+        #[serde(default)]
+        lazy: bool,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

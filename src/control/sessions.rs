@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::engine::{Engine, EngineError};
-use crate::attribution::proc;
+use crate::attribution::{agent, proc};
 use crate::capture::recorder::now_ns;
 use crate::ids::SessionId;
 use crate::timeline::sessions::{NewSession, Session, SessionStats};
@@ -52,8 +52,45 @@ impl Engine {
                 tl.end_session(s.id, now_ns())?;
             }
             reg.add(s.id, live);
+            if let (Some(p), Some(st)) = (s.root_pid, s.root_start) {
+                reg.remember_root((p, st), s.id);
+            }
         }
         Ok(())
+    }
+
+    /// Marks `pid` and what it has started as an agent session's (see `attribution::agent`):
+    /// from now on they and everything they start are refused the history-destroying
+    /// commands, whatever becomes of the session. The daemon can when it runs as root or
+    /// as the agent's user, which is whenever the agent could reach its socket.
+    pub(super) fn mark_session_root(&self, pid: u32) {
+        if let Err(e) = agent::mark_tree(pid) {
+            log::warn!("could not mark process {pid} as an agent session's: {e}");
+        }
+    }
+
+    /// Tells the daemon's record (`.agx/daemon`, see `mount::record`) which sessions are
+    /// open, so a daemon killed now is reported with them. Nothing outside the daemon.
+    pub fn note_open_sessions(&self) {
+        if !crate::mount::record::active() {
+            return;
+        }
+        let open = match self.tl().sessions() {
+            Ok(list) => list
+                .into_iter()
+                .filter(|s| s.ended_ns.is_none())
+                .map(|s| crate::mount::record::OpenSession {
+                    id: s.id.to_string(),
+                    agent: s.agent,
+                    name: s.name,
+                })
+                .collect(),
+            Err(e) => {
+                log::warn!("listing open sessions for .agx/daemon: {e}");
+                return;
+            }
+        };
+        crate::mount::record::set_sessions(open);
     }
 
     /// Starts a session rooted at `req.pid`. A hook's session (with a key) that exists
@@ -67,6 +104,8 @@ impl Engine {
         let mut tl = self.tl();
         if let Some(key) = &req.key {
             if let Some(s) = tl.session_by_key(key)? {
+                drop(tl);
+                self.mark_session_root(req.pid);
                 reg.add(s.id, Some((req.pid, start)));
                 return Ok(s);
             }
@@ -85,7 +124,10 @@ impl Engine {
             at,
         )?;
         super::keep::auto_checkpoint(&mut tl, at, &format!("session {} started", s.id), s.id)?;
+        drop(tl);
+        self.mark_session_root(req.pid);
         reg.add(s.id, Some((req.pid, start)));
+        self.note_open_sessions();
         Ok(s)
     }
 
@@ -112,6 +154,7 @@ impl Engine {
             super::keep::auto_checkpoint(&mut tl, at, &format!("session {} ended", s.id), s.id)?;
         }
         self.attrib.sessions().end(s.id);
+        self.note_open_sessions();
         Ok(self
             .tl()
             .session(s.id)?

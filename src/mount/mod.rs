@@ -6,8 +6,10 @@ mod fusermount;
 pub mod gitexclude;
 pub mod mountinfo;
 pub mod procs;
+pub mod record;
 pub mod stale;
 mod status;
+pub mod stop;
 mod unmount;
 
 use std::io::{BufRead, BufReader, Write};
@@ -21,7 +23,7 @@ use rustix::fs::{Mode, OFlags};
 pub use error::MountError;
 pub use stale::{Health, Recovered};
 pub use status::{status, Status};
-pub use unmount::unmount;
+pub use unmount::{unmount, UnmountError};
 
 use crate::control::engine::Engine;
 use crate::control::{self, MountState};
@@ -50,6 +52,9 @@ pub struct Prepared {
     pub log_path: PathBuf,
     /// Dead mounts (of a killed daemon) removed to make way for this one.
     pub recovered: Vec<Recovered>,
+    /// The previous daemon stopped without `agx unmount` (`record`): reported by this
+    /// mount, whose daemon then replaces the record with its own.
+    pub interrupted: Option<record::Interrupted>,
 }
 
 pub(crate) fn is_root() -> bool {
@@ -188,6 +193,7 @@ pub fn prepare(req: &MountRequest) -> Result<Prepared, MountError> {
         }
     }
     let paths = control::paths(&project)?;
+    let interrupted = record::interrupted(&project);
     Ok(Prepared {
         project,
         mountpoint,
@@ -195,6 +201,7 @@ pub fn prepare(req: &MountRequest) -> Result<Prepared, MountError> {
         state_path: paths.state,
         log_path: paths.log,
         recovered,
+        interrupted,
     })
 }
 
@@ -280,6 +287,16 @@ pub fn serve(p: &Prepared, notify: bool) -> Result<(), MountError> {
 }
 
 fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
+    // First of all: not dumpable. Processes of the daemon's user (the agent's, usually)
+    // can then no longer open /proc/DAEMON/fd/* (the bare project under the mount and
+    // `.agx/` itself), cwd, root, map_files, environ or mem, nor ptrace it; the daemon's own
+    // /proc/self/fd reopens are unaffected (same thread group). The flag survives as long
+    // as the daemon neither execs nor changes credentials, which it never does.
+    if let Err(e) =
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+    {
+        log::warn!("could not make the daemon non-dumpable: {e}");
+    }
     if notify {
         let _ = rustix::process::setsid();
     }
@@ -382,7 +399,6 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
             }
         })?
     };
-    let mut session = session;
     let mode = match report.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
         Some(r) if r.passthrough => "passthrough",
         _ => "fuse",
@@ -398,6 +414,15 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
     if let Err(e) = control::write_state(&p.state_path, &state) {
         log::warn!("could not write {}: {e}", p.state_path.display());
     }
+    if let Some(i) = &p.interrupted {
+        log::warn!("previous daemon: {}", i.message);
+    }
+    // Written before "ready": a daemon killed from now on is reported by the next command.
+    if let Err(e) = record::start(&engine.agx, &p.project, &p.mountpoint, Vec::new()) {
+        log::warn!("could not write .agx/{}: {e}", record::FILE);
+    }
+    engine.note_open_sessions();
+    stop::serving(&p.mountpoint);
 
     let notifier = session.notifier();
     let _ = fs_notifier.set(notifier.clone());
@@ -413,33 +438,9 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
     let _server = control::server::start(&socket, engine.clone())
         .map_err(|e| MountError::io(format!("control socket {}", socket.display()), e))?;
 
-    // Unmount cleanly on SIGTERM, SIGINT and SIGHUP.
-    let mut unmounter = session.unmount_callable();
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ])
-    .map_err(|e| MountError::io("installing signal handlers", e))?;
-    let sig_mp = p.mountpoint.clone();
-    std::thread::Builder::new()
-        .name("agx-signals".into())
-        .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                log::info!("signal {sig}: unmounting {}", sig_mp.display());
-                if !is_root() {
-                    // Mounted through fusermount3, which must unmount it too.
-                    if let Err(e) = fusermount::unmount(&sig_mp, false) {
-                        log::warn!("unmount on signal failed ({e}); detaching");
-                        let _ = fusermount::unmount(&sig_mp, true);
-                    }
-                } else if let Err(e) = unmounter.unmount() {
-                    log::warn!("unmount on signal failed ({e}); detaching");
-                    let _ = rustix::mount::unmount(&sig_mp, rustix::mount::UnmountFlags::DETACH);
-                }
-            }
-        })
-        .map_err(|e| MountError::io("starting the signal thread", e))?;
+    // Unmount cleanly on SIGTERM, SIGINT and SIGHUP (unless an agent session sent them).
+    stop::watch_signals(&p.mountpoint, engine.clone())
+        .map_err(|e| MountError::io("installing signal handlers", e))?;
 
     log::info!(
         "serving {} at {} ({mode}, {} threads)",
@@ -456,6 +457,10 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
         }
     }
     let res = session.run();
+    match stop::outcome(&res) {
+        None => record::finish_clean(),
+        Some(how) => record::finish_unclean(&how),
+    }
     engine.recorder.shutdown();
     if control::read_state(&p.state_path).is_some_and(|s| s.pid == std::process::id()) {
         let _ = std::fs::remove_file(&p.state_path);

@@ -21,6 +21,9 @@ pub struct Status {
     pub since: Option<String>,
     pub mode: Option<String>,
     pub log: Option<PathBuf>,
+    /// The last daemon stopped without `agx unmount` (killed, or unmounted from outside
+    /// agx): changes made since were not recorded. Cleared by the next mount.
+    pub interrupted: Option<super::record::Interrupted>,
 }
 
 /// Reports on the project at `project`. Changes nothing: a dead mount is reported, not
@@ -39,7 +42,7 @@ pub fn status(project: &Path) -> Result<Status, MountError> {
         check_dir(&project)?;
     }
     let none = Status {
-        project,
+        project: project.clone(),
         mounted: false,
         dead: false,
         mountpoint: None,
@@ -47,6 +50,7 @@ pub fn status(project: &Path) -> Result<Status, MountError> {
         since: None,
         mode: None,
         log: None,
+        interrupted: super::record::interrupted(&project),
     };
     Ok(match (health, recorded) {
         // The dead daemon's pid is left out: it may already be another process's.
