@@ -246,7 +246,12 @@ fn hook_events_into_a_live_daemon_never_fail_the_agent() {
             ),
             |(agent, text)| {
                 std::fs::write(&input, &text).unwrap();
-                let out = Command::new(agx_bin())
+                // Through `timeout`: a hook's session is rooted at its nearest non-shell
+                // ancestor, which agx marks as an agent; that must not be this test
+                // process, whose later commands (gc) would be refused.
+                let out = Command::new("timeout")
+                    .arg("60")
+                    .arg(agx_bin())
                     .args(["hook", agent])
                     .current_dir(m.path())
                     .stdin(std::fs::File::open(&input).unwrap())
