@@ -9,6 +9,7 @@ mod hist;
 
 mod concurrent;
 mod fsimage;
+mod fulldisk;
 mod hardlinks;
 mod ignore;
 mod lost;
