@@ -12,6 +12,7 @@ pub mod outside;
 pub mod policy;
 pub mod recorder;
 mod recovery;
+pub mod reserve;
 mod slots;
 mod staging;
 pub mod state;

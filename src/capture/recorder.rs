@@ -216,6 +216,11 @@ pub(super) struct Shared {
     pub(super) recent: super::policy::Recent,
     /// The highest event known to be in the database (see `head.rs`).
     pub(super) head: Mutex<super::head::Head>,
+    /// Room kept for agx's records on a full disk (see `reserve.rs`).
+    pub(super) reserve: super::reserve::Reserve,
+    /// Events finished but not in the timeline database (it could not be written: a full
+    /// disk); the worker keeps them and tries again.
+    pub(super) unsaved: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -321,6 +326,8 @@ impl Recorder {
             linked: Default::default(),
             recent: Default::default(),
             head: Mutex::new(head),
+            reserve: super::reserve::Reserve::open(agx),
+            unsaved: Default::default(),
         });
         let last = super::recovery::recover(&shared, agx, &mut timeline)?;
         // History the database lost (see `head.rs`): refused unless the caller reports it.
@@ -402,6 +409,18 @@ impl Recorder {
     /// link), not names in the project.
     pub fn staged_links(&self, key: InodeKey) -> u64 {
         self.shared.linked.links(key)
+    }
+
+    /// Changes recorded in the journal that the timeline database could not take yet (a
+    /// full disk). Commands that read history refuse while there are any: their answer
+    /// would leave those changes out.
+    pub fn unsaved(&self) -> usize {
+        self.shared.unsaved.load(Ordering::SeqCst)
+    }
+
+    /// Whether agx gave back its reserved room because the disk was full.
+    pub fn disk_full(&self) -> bool {
+        self.shared.reserve.released()
     }
 
     /// History the timeline database lost, if any: (its last event, the last one
@@ -634,11 +653,13 @@ impl Recorder {
     /// Encodes `r`, then writes it (after any deferred records) under the journal's lock.
     fn journal_append(&self, r: &Record) -> std::io::Result<()> {
         let line = r.encode()?;
-        self.shared
-            .journal
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .append(&line)
+        super::reserve::with_room(&self.shared.reserve, || {
+            self.shared
+                .journal
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .append(&line)
+        })
     }
 
     fn remove_staged(&self, t: &Ticket) {
@@ -663,7 +684,7 @@ impl Recorder {
             Before::Recorded(mut state) => {
                 // Content the store does not have was never kept (a creation's content
                 // is only hashed): say so rather than name a version nobody can read.
-                if state.hash.is_some_and(|h| !self.shared.store.contains(&h)) {
+                if state.hash.is_some_and(|h| !self.shared.store.has(&h)) {
                     state.hash = None;
                 }
                 Ok((state, Held::Nothing, true))
@@ -729,7 +750,7 @@ impl Recorder {
             return Ok((state, Held::Nothing, true));
         }
         if let Some(h) = state.hash {
-            if self.shared.store.contains(&h) {
+            if self.shared.store.has(&h) {
                 return Ok((state, Held::Nothing, true));
             }
         }
@@ -740,7 +761,10 @@ impl Recorder {
             return Ok((state, Held::Nothing, false));
         }
         if let Some((dir, entry)) = link {
-            if self.shared.staging.link(dir, entry, name).is_ok() {
+            let linked = super::reserve::with_room(&self.shared.reserve, || {
+                self.shared.staging.link(dir, entry, name)
+            });
+            if linked.is_ok() {
                 self.shared.linked.add(key_of(&st), name);
                 return Ok((state, Held::Staged(name.to_string()), true));
             }

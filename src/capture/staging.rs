@@ -106,6 +106,16 @@ impl Staging {
         })
     }
 
+    /// Keeps the staged before-image `name` under its hash too (`staging/<hex>`), where
+    /// the store reads it while it has no room for it (a full disk). A hard link: no
+    /// copy, no data block.
+    pub fn keep_by_hash(&self, name: &str, h: &ContentHash) -> std::io::Result<()> {
+        match rustix::fs::linkat(&self.dir, name, &self.dir, h.to_hex(), AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     pub fn open_read(&self, name: &str) -> std::io::Result<std::fs::File> {
         Ok(std::fs::File::from(rustix::fs::openat(
             &self.dir,

@@ -145,7 +145,17 @@ fn settle_staged(
                 .open_read(name)
                 .and_then(|f| hash_file(&f).map(|(h, _)| h));
             match hashed {
-                Ok(h) => (Some(h), false),
+                Ok(h) => {
+                    // Readable under its hash until the store has room (see
+                    // `Store::has`); the next start stores it.
+                    let kept = super::reserve::with_room(&shared.reserve, || {
+                        shared.staging.keep_by_hash(name, &h)
+                    });
+                    if let Err(err) = kept {
+                        log::error!("event {seq}: cannot keep {name} under its hash: {err}");
+                    }
+                    (Some(h), false)
+                }
                 Err(err) => {
                     log::error!("event {seq}: cannot read staged before-image {name}: {err}");
                     (None, false)
@@ -312,6 +322,31 @@ fn next_job(
     }
 }
 
+/// How long the worker waits before it tries again to write events the timeline could not
+/// take (a full disk); a flush tries at once.
+const RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Inserts `batch`; on a full disk gives back agx's reserved room and tries once more.
+fn insert_with_room(
+    shared: &Shared,
+    timeline: &mut Timeline,
+    batch: &[Finished],
+) -> Result<(), crate::timeline::TimelineError> {
+    let full = |e: &crate::timeline::TimelineError| {
+        matches!(
+            e,
+            crate::timeline::TimelineError::Sql(rusqlite::Error::SqliteFailure(f, _))
+                if f.code == rusqlite::ErrorCode::DiskFull
+        )
+    };
+    match timeline.insert(batch.iter().map(|f| &f.event)) {
+        Err(e) if full(&e) && shared.reserve.release() => {
+            timeline.insert(batch.iter().map(|f| &f.event))
+        }
+        r => r,
+    }
+}
+
 /// Whether an event's after-image is stored, not only hashed. A modified file is likely
 /// to be modified again: its stored after-image is the next before-image for free. A new
 /// file is only hashed (its first change will copy it), which keeps bulk creation (untar,
@@ -352,6 +387,8 @@ pub(super) fn run(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>
     // Set once events could not be written to the timeline: the journal then keeps every
     // record until the next start recovers them.
     let mut keep_journal = false;
+    // Set while the batch could not be written: when to try again.
+    let mut retry_at: Option<std::time::Instant> = None;
     while !stop {
         let job = match next_job(&rx, opened, last_job) {
             Ok(j) => j,
@@ -432,9 +469,17 @@ pub(super) fn run(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>
             None => {}
         }
         opened = None;
-        if !batch.is_empty() {
-            match timeline.insert(batch.iter().map(|f| &f.event)) {
+        let retry_due = retry_at.is_none_or(|t| std::time::Instant::now() >= t) || waiter.is_some();
+        if !batch.is_empty() && retry_due {
+            match insert_with_room(&shared, &mut timeline, &batch) {
                 Ok(()) => {
+                    if retry_at.take().is_some() {
+                        log::warn!(
+                            "timeline: the {} events the disk had no room for are recorded",
+                            batch.len()
+                        );
+                    }
+                    shared.unsaved.store(0, Ordering::SeqCst);
                     let top = batch.iter().map(|f| f.event.seq.0).max().unwrap_or(0);
                     if let Err(e) = shared
                         .head
@@ -447,25 +492,32 @@ pub(super) fn run(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>
                     batch.iter().for_each(|f| {
                         f.clean(&shared);
                         shared.recent.remove(&f.event);
-                    })
+                    });
+                    batch.clear();
                 }
                 Err(e) => {
-                    log::error!(
-                        "timeline: cannot record {} events now ({e}); the journal keeps them for the next start",
-                        batch.len()
-                    );
-                    keep_journal = true;
+                    // Kept (with the journal) and tried again: commands refuse meanwhile
+                    // rather than answer without these events.
+                    if retry_at.is_none() {
+                        log::error!(
+                            "timeline: cannot record {} events now ({e}); they wait in the journal and are tried again",
+                            batch.len()
+                        );
+                    }
+                    shared.unsaved.store(batch.len(), Ordering::SeqCst);
+                    retry_at = Some(std::time::Instant::now() + RETRY);
                 }
             }
-            batch.clear();
         }
+        shared.reserve.refill();
         if settled > 0 {
             shared.inflight.fetch_sub(settled, Ordering::SeqCst);
             settled = 0;
         }
         {
             let mut j = shared.journal.lock().unwrap_or_else(|e| e.into_inner());
-            if !keep_journal && shared.inflight.load(Ordering::SeqCst) == 0 && !j.is_empty() {
+            let all_in = !keep_journal && batch.is_empty();
+            if all_in && shared.inflight.load(Ordering::SeqCst) == 0 && !j.is_empty() {
                 if let Err(e) = j.truncate() {
                     log::warn!("journal: cannot truncate: {e}");
                 }

@@ -291,6 +291,8 @@ pub fn status_history(dir: &Path, mounted: bool) -> Option<serde_json::Value> {
         "store_bytes": v["store_bytes"],
         "oldest_point": v["oldest_point"],
         "oldest_time": v["oldest_time_ns"].as_i64().map(rfc3339),
+        "unsaved": v["unsaved"],
+        "disk_full": v["disk_full"],
     }))
 }
 
@@ -309,5 +311,13 @@ pub fn print_status_history(h: &serde_json::Value) {
     match when {
         Some(w) => println!("restorable: back to point {} ({w})", h["oldest_point"]),
         None => println!("restorable: no history yet"),
+    }
+    let unsaved = h["unsaved"].as_u64().unwrap_or(0);
+    if unsaved > 0 {
+        println!(
+            "disk full:  {unsaved} recorded change(s) wait in the journal for room in the timeline"
+        );
+    } else if h["disk_full"].as_bool() == Some(true) {
+        println!("disk full:  agx used the room it keeps for its records; free some space");
     }
 }

@@ -443,7 +443,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             if cli.json {
                 let mut v = serde_json::to_value(&st)?;
                 if let Some(h) = &hist {
-                    for k in ["events", "store_bytes", "oldest_point", "oldest_time"] {
+                    for k in [
+                        "events",
+                        "store_bytes",
+                        "oldest_point",
+                        "oldest_time",
+                        "unsaved",
+                        "disk_full",
+                    ] {
                         v[k] = h[k].clone();
                     }
                 }

@@ -37,6 +37,8 @@ pub enum EngineError {
     Store(#[from] crate::store::StoreError),
     #[error("{0}: no agx history here (mount it with `agx mount` first)")]
     NoHistory(String),
+    #[error("the disk is full: {0} change(s) agx recorded in its journal are not in the timeline yet, so this answer would leave them out; free some space on the disk (agx keeps what is deleted through the mount, so that frees nothing: remove files outside the project, or run `agx gc`) and run the command again")]
+    Unsaved(usize),
     #[error(".agx/timeline.db is damaged ({0}); `agx verify` lists the problems. Move .agx/timeline.db and its -wal and -shm files aside to start a new history (the stored objects stay)")]
     Damaged(String),
     #[error("{0} is in use by another agx process (a daemon or a running command)")]
@@ -141,6 +143,10 @@ pub struct Summary {
     /// The oldest restorable point (the gc horizon, else 0) and when it was current.
     pub oldest_point: i64,
     pub oldest_time_ns: Option<i64>,
+    /// Changes in the journal the timeline could not take yet (a full disk).
+    pub unsaved: usize,
+    /// agx gave back its reserved room: the disk was full.
+    pub disk_full: bool,
 }
 
 impl Engine {
@@ -235,8 +241,18 @@ impl Engine {
         self.timeline.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn point(&self, r: &str) -> Result<Seq, EngineError> {
+    /// Flushes, and refuses when recorded changes could not reach the timeline (a full
+    /// disk): an answer from the timeline would leave them out.
+    pub(crate) fn flush_all(&self) -> Result<(), EngineError> {
         self.recorder.flush();
+        match self.recorder.unsaved() {
+            0 => Ok(()),
+            n => Err(EngineError::Unsaved(n)),
+        }
+    }
+
+    pub fn point(&self, r: &str) -> Result<Seq, EngineError> {
+        self.flush_all()?;
         Ok(refs::resolve(r, &self.tl())?)
     }
 
@@ -284,13 +300,14 @@ impl Engine {
         if let Some(p) = &path {
             self.recorder.notice(p);
         }
-        self.recorder.flush();
+        self.flush_all()?;
         let after = since.map(|s| self.point(s)).transpose()?;
         Ok(self.tl().log(&Filter { path, after, limit })?)
     }
 
     pub fn summary(&self) -> Result<Summary, EngineError> {
         self.recorder.flush();
+        let unsaved = self.recorder.unsaved();
         let tl = self.tl();
         let (oldest, oldest_time_ns) = tl.oldest_point()?;
         Ok(Summary {
@@ -299,6 +316,8 @@ impl Engine {
             store_bytes: self.store.disk_usage(),
             oldest_point: oldest.0,
             oldest_time_ns,
+            unsaved,
+            disk_full: self.recorder.disk_full(),
         })
     }
 
@@ -375,7 +394,7 @@ impl Engine {
         to: Option<&str>,
         paths: &[Vec<u8>],
     ) -> Result<Vec<FileDiff>, EngineError> {
-        self.recorder.flush();
+        self.flush_all()?;
         let from = match from {
             Some(f) => self.noticed_point(f, paths)?,
             // Never before the gc horizon, whose history is gone.

@@ -146,7 +146,8 @@ impl Engine {
             });
         }
         for (h, seqs) in &needed_by {
-            if !present.contains(h) {
+            // Content waiting in staging for room in the store is kept, not missing.
+            if !present.contains(h) && !self.store.has(h) {
                 problems.push(Problem {
                     kind: "missing-object",
                     object: Some(h.to_hex()),

@@ -70,11 +70,17 @@ pub struct Put {
 
 pub struct Store {
     dir: OwnedFd,
+    /// `staging/`, where content waits for room (see [`Store::has`]).
+    waiting: Option<OwnedFd>,
     fsync: bool,
     counter: AtomicU64,
     /// Which of the 256 fan-out directories are known to exist.
     fanout: [std::sync::atomic::AtomicBool; 256],
 }
+
+/// Where before-images wait, named by their hash, when the store has no room for them:
+/// `staging/` (see `capture::staging::Staging::keep_by_hash`).
+const WAITING: &str = "staging";
 
 fn rel(h: &ContentHash) -> String {
     let hex = h.to_hex();
@@ -85,7 +91,7 @@ impl Store {
     /// Opens (creating if needed) `objects/` under the directory `agx_dir`. With `fsync`,
     /// each object is synced before it is renamed into place.
     pub fn open(agx_dir: impl AsFd, fsync: bool) -> Result<Store, StoreError> {
-        for d in ["objects", "objects/tmp"] {
+        for d in ["objects", "objects/tmp", WAITING] {
             match rustix::fs::mkdirat(&agx_dir, d, Mode::from_raw_mode(0o700)) {
                 Ok(()) | Err(rustix::io::Errno::EXIST) => {}
                 Err(e) => return Err(rio(d)(e)),
@@ -98,8 +104,16 @@ impl Store {
             Mode::empty(),
         )
         .map_err(rio("objects"))?;
+        let waiting = rustix::fs::openat(
+            &agx_dir,
+            WAITING,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok();
         Ok(Store {
             dir,
+            waiting,
             fsync,
             counter: AtomicU64::new(0),
             fanout: std::array::from_fn(|_| std::sync::atomic::AtomicBool::new(false)),
@@ -108,6 +122,15 @@ impl Store {
 
     pub fn contains(&self, h: &ContentHash) -> bool {
         rustix::fs::statat(&self.dir, rel(h), AtFlags::empty()).is_ok()
+    }
+
+    /// Whether the content of `h` can be read: stored, or waiting in staging.
+    pub fn has(&self, h: &ContentHash) -> bool {
+        self.contains(h)
+            || self
+                .waiting
+                .as_ref()
+                .is_some_and(|w| rustix::fs::statat(w, h.to_hex(), AtFlags::empty()).is_ok())
     }
 
     /// Size on disk of an object, if present.
@@ -266,6 +289,34 @@ impl Store {
         r
     }
 
+    /// Content that waits in staging for room in the store (a full disk kept a
+    /// before-image there under its hash: `staging/<hash>`), verified against its hash.
+    fn waiting_content(&self, h: &ContentHash) -> Result<(Vec<u8>, usize), StoreError> {
+        let Some(w) = &self.waiting else {
+            return Err(StoreError::Missing(*h));
+        };
+        let fd = match rustix::fs::openat(
+            w,
+            h.to_hex(),
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(_) => return Err(StoreError::Missing(*h)),
+        };
+        let mut v = Vec::new();
+        std::fs::File::from(fd)
+            .read_to_end(&mut v)
+            .map_err(io("reading a staged before-image"))?;
+        if ContentHash::of(&v) != *h {
+            return Err(StoreError::Corrupt {
+                hash: *h,
+                reason: "the staged copy does not match its hash".into(),
+            });
+        }
+        Ok((v, 0))
+    }
+
     /// The content of an object, verified against its hash.
     pub fn get(&self, h: &ContentHash) -> Result<Vec<u8>, StoreError> {
         self.get_with_depth(h).map(|(d, _)| d)
@@ -285,7 +336,7 @@ impl Store {
                     .map_err(io("reading an object"))?;
                 v
             }
-            Err(rustix::io::Errno::NOENT) => return Err(StoreError::Missing(*h)),
+            Err(rustix::io::Errno::NOENT) => return self.waiting_content(h),
             Err(e) => return Err(rio("opening an object")(e)),
         };
         let corrupt = |reason: String| StoreError::Corrupt { hash: *h, reason };
