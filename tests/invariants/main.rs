@@ -8,6 +8,7 @@ mod common;
 mod hist;
 
 mod concurrent;
+mod fileattr;
 mod fsimage;
 mod fulldisk;
 mod hardlinks;
