@@ -13,5 +13,6 @@ pub mod logging;
 pub mod mount;
 pub mod restore;
 pub mod store;
+pub mod sys;
 pub mod timeline;
 pub mod views;

@@ -49,6 +49,13 @@ pub enum Before<'a> {
     /// A state known from the timeline (the last one recorded before a change made
     /// outside agx): its content is kept only if the store has it.
     Recorded(ObjState),
+    /// Metadata, with the inode flags and project id read by the caller (a change of
+    /// them: `Meta::flags`).
+    Attrs {
+        fd: BorrowedFd<'a>,
+        flags: Option<u32>,
+        projid: Option<u32>,
+    },
 }
 
 /// The state after a mutation.
@@ -692,6 +699,14 @@ impl Recorder {
             Before::Meta(fd) => {
                 let st = rustix::fs::fstat(fd).map_err(crate::fs::errno)?;
                 Ok((self.meta_state(fd, &st), Held::Nothing, true))
+            }
+            Before::Attrs { fd, flags, projid } => {
+                let st = rustix::fs::fstat(fd).map_err(crate::fs::errno)?;
+                let mut s = self.meta_state(fd, &st);
+                if let Some(m) = s.meta.as_mut() {
+                    (m.flags, m.projid) = (flags, projid);
+                }
+                Ok((s, Held::Nothing, true))
             }
             Before::Content(fd) => self.take_content(fd, None, name, inline),
             Before::Leaving {

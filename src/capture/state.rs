@@ -87,6 +87,8 @@ pub fn meta_of(fd: impl AsFd, st: &Stat) -> Meta {
         ino: st.st_ino,
         nlink: st.st_nlink,
         btime: btime_of(&fd),
+        flags: None,
+        projid: None,
     }
 }
 

@@ -234,6 +234,7 @@ pub(super) fn finish(
                         | Op::Utimens
                         | Op::Setxattr
                         | Op::Removexattr
+                        | Op::Chattr
                         | Op::Rename
                 ) {
                     s.hash = e.before.hash;

@@ -12,6 +12,7 @@ mod descriptors;
 mod dir;
 pub(crate) mod entry;
 mod file;
+mod fileattr;
 pub mod handle;
 pub mod inode;
 mod ops;

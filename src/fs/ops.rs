@@ -666,21 +666,23 @@ impl Filesystem for AgxFs {
 
     fn ioctl(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
         _flags: IoctlFlags,
-        _cmd: u32,
-        _in_data: &[u8],
-        _out_size: u32,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
         reply: ReplyIoctl,
     ) {
         guard("ioctl", || {
-            // No ioctl is served, and quietly: isatty() asks TCGETS of nearly every file a
-            // program opens, and the kernel does not remember a refusal. ENOTTY is what a
-            // filesystem answers to a command it does not know. Forwarding commands to the
-            // backing file is not an option: they would run with the daemon's privileges.
-            reply.error(Errno::ENOTTY);
+            // The file attribute ioctls (lsattr, chattr) are served (fs/fileattr.rs);
+            // every other command is ENOTTY, and quietly: isatty() asks TCGETS of nearly
+            // every file a program opens, and the kernel does not remember a refusal.
+            match self.do_ioctl(id(ino), hid(fh), cmd, in_data, out_size, caller(req)) {
+                Ok(data) => reply.ioctl(0, &data),
+                Err(e) => reply.error(e),
+            }
         });
     }
 

@@ -74,7 +74,43 @@ fn proc_path(fd: impl AsFd) -> String {
     format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())
 }
 
-/// Sets owner, mode, xattrs and times of `fd` (an O_PATH descriptor) to `m`.
+/// Sets the inode flags and project id `m` names (when it names them) on the object
+/// behind `fd`; with `hold_back`, without the flags that forbid other changes (immutable,
+/// append only), which go on last.
+fn set_attrs(fd: &OwnedFd, kind: Kind, m: &Meta, hold_back: bool) -> std::io::Result<()> {
+    use rustix::fs::IFlags;
+    if m.flags.is_none() && m.projid.is_none() {
+        return Ok(());
+    }
+    let obj = live::LiveObj {
+        fd: rustix::io::dup(fd)?,
+        stat: rustix::fs::fstat(fd)?,
+        kind,
+    };
+    let Some(f) = live::open_attrs(&obj) else {
+        return Ok(());
+    };
+    if let Some(projid) = m.projid {
+        let mut x = crate::sys::fsxattr::get(&f)?;
+        if x.projid != projid {
+            x.projid = projid;
+            crate::sys::fsxattr::set(&f, x)?;
+        }
+    }
+    if let Some(flags) = m.flags {
+        let mut want = IFlags::from_bits_retain(flags);
+        if hold_back {
+            want -= IFlags::IMMUTABLE | IFlags::APPEND;
+        }
+        if rustix::fs::ioctl_getflags(&f)? != want {
+            rustix::fs::ioctl_setflags(&f, want)?;
+        }
+    }
+    Ok(())
+}
+
+/// Sets owner, mode, xattrs, times, and the inode flags and project id when `m` names
+/// them, of `fd` (an O_PATH descriptor) to `m`.
 pub(super) fn set_meta(
     fd: &OwnedFd,
     parent: &OwnedFd,
@@ -82,6 +118,8 @@ pub(super) fn set_meta(
     kind: Kind,
     m: &Meta,
 ) -> std::io::Result<()> {
+    // Immutable or append-only now would refuse the rest: off first, on again last.
+    set_attrs(fd, kind, m, true)?;
     rustix::fs::chownat(
         fd,
         "",
@@ -114,7 +152,7 @@ pub(super) fn set_meta(
         last_modification: ts(m.mtime, m.mtime_nsec),
     };
     rustix::fs::utimensat(parent, os(name), &times, AtFlags::SYMLINK_NOFOLLOW)?;
-    Ok(())
+    set_attrs(fd, kind, m, false)
 }
 
 impl Ctx<'_> {

@@ -73,6 +73,34 @@ impl LiveObj {
     }
 }
 
+/// The inode flags and project id of a live file or directory (they take an open file:
+/// see `Meta::flags`); None each where they cannot be read.
+pub fn attrs(obj: &LiveObj) -> (Option<u32>, Option<u32>) {
+    let Some(f) = open_attrs(obj) else {
+        return (None, None);
+    };
+    (
+        rustix::fs::ioctl_getflags(&f).ok().map(|x| x.bits()),
+        crate::sys::fsxattr::get(&f).ok().map(|x| x.projid),
+    )
+}
+
+/// A file or directory opened to read or set its attributes (never a fifo or device,
+/// whose open could block or act).
+pub fn open_attrs(obj: &LiveObj) -> Option<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    let flags = match obj.kind {
+        Kind::File => OFlags::RDONLY | OFlags::NONBLOCK,
+        Kind::Dir => OFlags::RDONLY | OFlags::DIRECTORY,
+        _ => return None,
+    };
+    let path = format!("/proc/self/fd/{}", obj.fd.as_raw_fd());
+    crate::fs::without_atime(|quiet| {
+        rustix::fs::open(&path, flags | OFlags::CLOEXEC | quiet, Mode::empty())
+    })
+    .ok()
+}
+
 /// The type and identity of `name` in the directory `dir` (not following a symlink), with
 /// one `statx`; None when it cannot be looked at.
 pub fn id_at(dir: impl AsFd, name: &OsStr) -> Option<(rustix::fs::FileType, ObjId)> {

@@ -194,7 +194,7 @@ impl Model {
                 }
                 self.map.insert(p.to_vec(), Entry::Node(n));
             }
-            Op::Chmod | Op::Chown | Op::Utimens | Op::Setxattr | Op::Removexattr => {
+            Op::Chmod | Op::Chown | Op::Utimens | Op::Setxattr | Op::Removexattr | Op::Chattr => {
                 let now = self.lookup(p);
                 if Self::elsewhere(&now, &e.before) {
                     return;

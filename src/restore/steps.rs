@@ -41,6 +41,16 @@ fn above(a: &[u8], b: &[u8]) -> bool {
     a.is_empty() || (b.len() > a.len() && b.starts_with(a) && b[a.len()] == b'/')
 }
 
+/// Whether the flags or project id `want` names (when it names them) differ from `have`'s.
+fn attrs_differ(want: &Meta, have: &LiveObj) -> bool {
+    if want.flags.is_none() && want.projid.is_none() {
+        return false;
+    }
+    let (flags, projid) = live::attrs(have);
+    (want.flags.is_some() && want.flags != flags)
+        || (want.projid.is_some() && want.projid != projid)
+}
+
 fn meta_differs(kind: Kind, want: &Meta, have: &Meta) -> bool {
     let perm = |m: &Meta| m.mode & 0o7777;
     let mut xa = want.xattrs.clone();
@@ -191,7 +201,7 @@ impl<'a> Steps<'a> {
                 }
                 Some(h) => {
                     if let Some(m) = want.meta {
-                        if meta_differs(Kind::Dir, &m, &h.meta()) {
+                        if meta_differs(Kind::Dir, &m, &h.meta()) || attrs_differ(&m, h) {
                             self.metas.push(Step::SetMeta { path, meta: m });
                         }
                     }
@@ -214,7 +224,7 @@ impl<'a> Steps<'a> {
                     });
                     outcome = Outcome::Replaced;
                 } else if let (Some(h), Some(m)) = (&have, want.meta) {
-                    if meta_differs(Kind::File, &m, &h.meta()) {
+                    if meta_differs(Kind::File, &m, &h.meta()) || attrs_differ(&m, h) {
                         self.metas.push(Step::SetMeta { path, meta: m });
                     }
                 }

@@ -53,6 +53,14 @@ pub struct Meta {
     /// filesystems without birth times and in events older than this field).
     #[serde(default, skip_serializing_if = "is_zero_i64")]
     pub btime: i64,
+    /// Inode flags (`FS_IOC_GETFLAGS`: what `lsattr` shows), when read. Reading them takes
+    /// an open file, so only a change of them (`chattr`) reads them, before and after;
+    /// elsewhere they are None (not known, and a restore leaves them as they are).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flags: Option<u32>,
+    /// Project id (`FS_IOC_FSGETXATTR`), when read (as `flags`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projid: Option<u32>,
 }
 
 impl Meta {
@@ -133,6 +141,8 @@ pub enum Op {
     Setxattr,
     Removexattr,
     Fallocate,
+    /// Inode flags or project id changed (`chattr`, `FS_IOC_SETFLAGS`/`FSSETXATTR`).
+    Chattr,
 }
 
 impl Op {
@@ -154,6 +164,7 @@ impl Op {
             Op::Utimens => "utimens",
             Op::Setxattr => "setxattr",
             Op::Removexattr => "removexattr",
+            Op::Chattr => "chattr",
             Op::Fallocate => "fallocate",
         }
     }
