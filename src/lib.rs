@@ -15,4 +15,5 @@ pub mod restore;
 pub mod store;
 pub mod sys;
 pub mod timeline;
+pub mod tree;
 pub mod views;

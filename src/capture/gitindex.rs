@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use rustix::fs::OFlags;
 
-use crate::restore::live;
+use crate::tree as live;
 
 /// The paths one index tracks, relative to its repository's work tree.
 #[derive(Debug, Default)]
@@ -148,7 +148,7 @@ pub struct GitIndexes {
 }
 
 fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
-    crate::restore::model_join(a, b)
+    crate::sys::path::join(a, b)
 }
 
 fn parent(p: &[u8]) -> Option<&[u8]> {

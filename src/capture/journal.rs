@@ -9,8 +9,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
-use super::state::Stamp;
 use crate::timeline::{Event, ObjState};
+use crate::tree::state::Stamp;
 
 pub const NAME: &str = "journal";
 

@@ -15,14 +15,12 @@ mod recovery;
 pub mod reserve;
 mod slots;
 mod staging;
-pub mod state;
 mod worker;
 
 use thiserror::Error;
 
 pub use linked::ContentGuard;
 pub use recorder::{After, Before, Recorder, Ticket};
-pub use staging::hash_file as staging_hash;
 
 /// Why capture could not start.
 #[derive(Debug, Error)]

@@ -23,8 +23,8 @@ use std::os::fd::AsFd;
 use super::recorder::{After, Before, Recorder};
 use super::CaptureError;
 use crate::ids::Seq;
-use crate::restore::live;
 use crate::timeline::{Actor, Event, Kind, ObjState, Op};
+use crate::tree as live;
 
 /// The process name of events agx records for changes made outside it.
 pub const OUTSIDE: &str = "(outside agx)";
@@ -144,7 +144,7 @@ impl Recorder {
                 // Moved away, removed, or made anew (empty) since.
                 _ => return Ok(Expected::Absent),
             };
-            p = crate::restore::model_join(&from, rest);
+            p = crate::sys::path::join(&from, rest);
             upto = Some(e.seq);
         }
         Ok(Expected::Unknown)
@@ -155,7 +155,7 @@ impl Recorder {
     /// whether it recorded something. Errors are logged: a check that cannot be made
     /// changes nothing.
     pub fn notice(&self, path: &[u8]) -> bool {
-        if path.is_empty() || crate::restore::plan::protected(path) {
+        if path.is_empty() || crate::sys::path::protected(path) {
             return false;
         }
         if self.checked(path) {

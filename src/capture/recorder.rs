@@ -15,7 +15,6 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, Sender};
 use fuser::Errno;
@@ -24,11 +23,12 @@ use rustix::fs::{Mode, OFlags};
 use super::config::CaptureConfig;
 use super::ignore::IgnoreRules;
 use super::journal::{Journal, Record};
-use super::staging::{hash_file, Staging};
-use super::state::{key_of, kind_of, meta_of, stamp_of, Stamp};
+use super::staging::Staging;
 use crate::ids::{ContentHash, InodeKey, Seq};
 use crate::store::Store;
+use crate::sys::read::hash_file;
 use crate::timeline::{Actor, Event, Kind, ObjState, Op, Timeline};
+use crate::tree::state::{key_of, kind_of, meta_of, stamp_of, Stamp};
 
 /// What to record of the state a mutation changes.
 pub enum Before<'a> {
@@ -240,8 +240,8 @@ impl Shared {
     pub(super) fn reopen_read(&self, fd: impl AsFd) -> std::io::Result<OwnedFd> {
         use std::os::fd::AsRawFd;
         let name = fd.as_fd().as_raw_fd().to_string();
-        Ok(crate::fs::without_atime(|quiet| {
-            crate::fs::retry_descriptor(|| {
+        Ok(crate::sys::fd::without_atime(|quiet| {
+            crate::sys::fd::retry(|| {
                 rustix::fs::openat(
                     &self.proc_fd,
                     &name,
@@ -282,12 +282,7 @@ pub struct Recorder {
 /// See [`Recorder::set_settle`].
 pub type Settle = Box<dyn Fn() + Send + Sync>;
 
-pub fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
+pub use crate::sys::now_ns;
 
 fn enospc_or_eio(e: &std::io::Error) -> Errno {
     match e.raw_os_error() {
@@ -329,7 +324,7 @@ impl Recorder {
             proc_fd,
             root,
             max_size: cfg.max_size,
-            slots: super::slots::Slots::for_limit(crate::fs::nofile_limit()),
+            slots: super::slots::Slots::for_limit(crate::sys::fd::nofile_limit()),
             linked: Default::default(),
             recent: Default::default(),
             head: Mutex::new(head),
@@ -697,11 +692,11 @@ impl Recorder {
                 Ok((state, Held::Nothing, true))
             }
             Before::Meta(fd) => {
-                let st = rustix::fs::fstat(fd).map_err(crate::fs::errno)?;
+                let st = rustix::fs::fstat(fd).map_err(crate::sys::errno)?;
                 Ok((self.meta_state(fd, &st), Held::Nothing, true))
             }
             Before::Attrs { fd, flags, projid } => {
-                let st = rustix::fs::fstat(fd).map_err(crate::fs::errno)?;
+                let st = rustix::fs::fstat(fd).map_err(crate::sys::errno)?;
                 let mut s = self.meta_state(fd, &st);
                 if let Some(m) = s.meta.as_mut() {
                     (m.flags, m.projid) = (flags, projid);
@@ -715,7 +710,7 @@ impl Recorder {
                 name: entry,
                 may_change,
             } => {
-                let st = rustix::fs::fstat(fd).map_err(crate::fs::errno)?;
+                let st = rustix::fs::fstat(fd).map_err(crate::sys::errno)?;
                 if kind_of(&st) != Kind::File {
                     return Ok((self.meta_state(fd, &st), Held::Nothing, true));
                 }
@@ -759,7 +754,7 @@ impl Recorder {
         name: &str,
         inline: bool,
     ) -> Result<(ObjState, Held, bool), Errno> {
-        let st = rustix::fs::fstat(fd).map_err(crate::fs::errno)?;
+        let st = rustix::fs::fstat(fd).map_err(crate::sys::errno)?;
         let mut state = self.meta_state(fd, &st);
         if state.kind != Kind::File {
             return Ok((state, Held::Nothing, true));
@@ -789,7 +784,7 @@ impl Recorder {
             // One byte past the bound tells a file that grew meanwhile.
             std::io::Read::read_to_end(
                 &mut std::io::Read::take(
-                    super::staging::PositionalReader::new(&file),
+                    crate::sys::read::PositionalReader::new(&file),
                     INLINE_MAX + 1,
                 ),
                 &mut bytes,

@@ -9,11 +9,11 @@ use rustix::fs::{Mode, OFlags};
 
 use super::journal::{self, Record};
 use super::recorder::{After, Shared, Ticket};
-use super::state::{stamp_of, Stamp};
 use super::worker::{finish, ingest_staged, is_noop};
 use super::CaptureError;
 use crate::ids::Seq;
 use crate::timeline::{Event, Kind, ObjState, Op, Timeline};
+use crate::tree::state::{stamp_of, Stamp};
 
 /// The parts of a state that tell whether an object was left as it was: kind, content,
 /// mode, owner, size, modification time and symlink target.
@@ -39,9 +39,9 @@ fn live_state(shared: &Shared, path: &[u8]) -> ObjState {
     match open_path(shared, path) {
         Some(fd) => match rustix::fs::fstat(&fd) {
             Ok(st) => ObjState {
-                kind: super::state::kind_of(&st),
+                kind: crate::tree::state::kind_of(&st),
                 hash: None,
-                meta: Some(super::state::meta_of(&fd, &st)),
+                meta: Some(crate::tree::state::meta_of(&fd, &st)),
             },
             Err(_) => ObjState::absent(),
         },
@@ -121,9 +121,9 @@ fn live_after(shared: &Shared, e: &Event) -> (After, Option<Stamp>) {
         }
         Ok(st) => (
             After::State(ObjState {
-                kind: super::state::kind_of(&st),
+                kind: crate::tree::state::kind_of(&st),
                 hash: None,
-                meta: Some(super::state::meta_of(&fd, &st)),
+                meta: Some(crate::tree::state::meta_of(&fd, &st)),
             }),
             None,
         ),

@@ -12,10 +12,10 @@ use rustix::fs::OFlags;
 
 use super::journal::Record;
 use super::recorder::{known_of, After, Job, Shared, Ticket};
-use super::staging::{hash_file, hash_sized};
-use super::state::{key_of, kind_of, meta_of, stamp_of, Stamp};
 use crate::ids::{ContentHash, Seq};
+use crate::sys::read::{hash_file, hash_sized};
 use crate::timeline::{Event, Kind, ObjState, Op, Timeline};
+use crate::tree::state::{key_of, kind_of, meta_of, stamp_of, Stamp};
 
 /// Moves a staged before-image into the store; returns its hash.
 pub(super) fn ingest_staged(
@@ -71,7 +71,7 @@ pub(super) fn ingest_live(
     let hash = if stored {
         shared
             .store
-            .put_reader(super::staging::PositionalReader::new(file), base)?
+            .put_reader(crate::sys::read::PositionalReader::new(file), base)?
             .hash
     } else {
         hash_sized(file, st.st_size as u64)

@@ -277,7 +277,7 @@ pub fn gc(dir: &Path, keep: Option<String>, dry_run: bool, json: bool) -> Result
 pub fn status_history(dir: &Path, mounted: bool) -> Option<serde_json::Value> {
     if !mounted
         && !dir
-            .join(crate::fs::AGX_DIR_NAME)
+            .join(crate::sys::path::AGX_DIR_NAME)
             .join("timeline.db")
             .exists()
     {

@@ -211,7 +211,7 @@ fn project_dir(cli_dir: Option<&Path>) -> PathBuf {
     }
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     for a in cwd.ancestors() {
-        if mount::known(a) || a.join(crate::fs::AGX_DIR_NAME).is_dir() {
+        if mount::known(a) || a.join(crate::sys::path::AGX_DIR_NAME).is_dir() {
             return a.to_path_buf();
         }
     }

@@ -159,13 +159,17 @@ impl Engine {
 
     /// [`Engine::open`] with options (see [`Opening`]).
     pub fn open_with(root: OwnedFd, label: &str, how: Opening) -> Result<Engine, EngineError> {
-        match rustix::fs::mkdirat(&root, crate::fs::AGX_DIR_NAME, Mode::from_raw_mode(0o700)) {
+        match rustix::fs::mkdirat(
+            &root,
+            crate::sys::path::AGX_DIR_NAME,
+            Mode::from_raw_mode(0o700),
+        ) {
             Ok(()) | Err(rustix::io::Errno::EXIST) => {}
             Err(e) => return Err(io(format!("creating {label}/.agx"))(e.into())),
         }
         let agx = rustix::fs::openat(
             &root,
-            crate::fs::AGX_DIR_NAME,
+            crate::sys::path::AGX_DIR_NAME,
             OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
@@ -222,7 +226,7 @@ impl Engine {
     /// [`Engine::open_path`] with options.
     pub fn open_path_with(project: &Path, how: Opening) -> Result<Engine, EngineError> {
         if !project
-            .join(crate::fs::AGX_DIR_NAME)
+            .join(crate::sys::path::AGX_DIR_NAME)
             .join("timeline.db")
             .exists()
         {
@@ -270,8 +274,8 @@ impl Engine {
         for p in paths {
             all.push(p.clone());
             all.extend(self.tl().history_paths(Some(p))?);
-            if crate::restore::live::stat(&self.root, p).is_some_and(|o| o.kind == Kind::Dir) {
-                crate::restore::live::walk(&self.root, p, &mut all);
+            if crate::tree::stat(&self.root, p).is_some_and(|o| o.kind == Kind::Dir) {
+                crate::tree::walk(&self.root, p, &mut all);
             }
         }
         all.sort();
@@ -368,7 +372,7 @@ impl Engine {
                     })
                 }
                 Some(Content::Live(src)) => {
-                    let fd = crate::restore::live::open_beneath(
+                    let fd = crate::tree::open_beneath(
                         &self.root,
                         &src,
                         OFlags::RDONLY | OFlags::NOFOLLOW,
@@ -443,7 +447,7 @@ impl Engine {
             return Ok(());
         }
         let path = b".git/info/exclude".to_vec();
-        let live = crate::restore::live::stat(&self.root, &path);
+        let live = crate::tree::stat(&self.root, &path);
         let before = match &live {
             Some(o) => Before::Content(o.fd.as_fd()),
             None => Before::Absent,
@@ -471,7 +475,7 @@ impl Engine {
             })?;
         let r = gitexclude::ensure(&self.root);
         if let Some(t) = t {
-            match (&r, crate::restore::live::stat(&self.root, &path)) {
+            match (&r, crate::tree::stat(&self.root, &path)) {
                 (Ok(_), Some(o)) => self.recorder.commit(t, After::Content(o.fd)),
                 _ => self.recorder.cancel(t),
             }
@@ -484,7 +488,7 @@ impl Engine {
         self.recorder.flush();
         let mut tl = self.tl();
         let last = tl.max_seq()?;
-        tl.record_mount(crate::capture::recorder::now_ns(), last, std::process::id())?;
+        tl.record_mount(crate::sys::now_ns(), last, std::process::id())?;
         Ok(())
     }
 }

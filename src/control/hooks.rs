@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::engine::{read_config, Engine, EngineError};
 use super::sessions::StartRequest;
 use crate::attribution::proc;
-use crate::capture::recorder::now_ns;
 use crate::ids::SessionId;
+use crate::sys::now_ns;
 
 /// What happened in the agent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

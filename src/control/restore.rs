@@ -158,7 +158,8 @@ impl Engine {
         point: crate::ids::Seq,
         paths: &[Vec<u8>],
     ) -> Result<(), EngineError> {
-        use crate::restore::{live, model::Model, plan::resolve};
+        use crate::restore::{model::Model, plan::resolve};
+        use crate::tree as live;
         let mut model: Option<Model> = None;
         for p in paths.iter().filter(|p| !p.is_empty()) {
             let name = String::from_utf8_lossy(p);

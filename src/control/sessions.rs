@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use super::engine::{Engine, EngineError};
 use crate::attribution::{agent, proc};
-use crate::capture::recorder::now_ns;
 use crate::ids::SessionId;
+use crate::sys::now_ns;
 use crate::timeline::sessions::{NewSession, Session, SessionStats};
 use crate::timeline::Actor;
 

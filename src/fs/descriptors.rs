@@ -21,42 +21,22 @@
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex};
 
 use super::inode::InodeTable;
 use crate::ids::NodeId;
 
-/// The inode table of the mount this process serves, whose idle descriptors any part of
-/// the daemon (restore, the store, capture) may have released when it runs out.
-static VALVE: RwLock<Option<Weak<InodeTable>>> = RwLock::new(None);
-
-/// Makes `table` the one [`retry`] releases descriptors from.
-pub fn set_valve(table: &Arc<InodeTable>) {
-    *VALVE.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::downgrade(table));
+/// The inode table gives descriptors back when the process runs out (`sys::fd::retry`).
+impl crate::sys::fd::Valve for InodeTable {
+    fn relieve(&self) -> usize {
+        InodeTable::relieve(self)
+    }
 }
 
-/// Runs `open` (which makes a descriptor). When the process is out of descriptors, has
-/// the inode table release idle ones and tries again, a few times; outside a daemon (no
-/// table) it just runs `open`.
-pub fn retry<T>(mut open: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
-    let mut tries = 0;
-    loop {
-        match open() {
-            Err(e) if out_of_descriptors(e) && tries < 4 => {
-                tries += 1;
-                let table = VALVE
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .as_ref()
-                    .and_then(Weak::upgrade);
-                let released = table.map_or(0, |t| t.relieve());
-                if released == 0 && tries > 1 {
-                    return Err(e);
-                }
-            }
-            r => return r,
-        }
-    }
+/// Makes `table` the one `sys::fd::retry` releases descriptors from.
+pub fn set_valve(table: &Arc<InodeTable>) {
+    let weak: std::sync::Weak<dyn crate::sys::fd::Valve> = Arc::downgrade(table) as _;
+    crate::sys::fd::set_valve(weak);
 }
 
 /// A node's descriptor, when held.
@@ -75,12 +55,6 @@ pub struct Budget {
     held: AtomicUsize,
     /// Filled slots, oldest first, as (node, generation of the fill).
     order: Mutex<VecDeque<(NodeId, u64)>>,
-}
-
-/// The process's descriptor limit (soft), as the daemon set it at start.
-pub fn nofile_limit() -> usize {
-    let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-    lim.current.map_or(1 << 20, |n| n.min(1 << 20) as usize)
 }
 
 impl Budget {
@@ -149,22 +123,4 @@ impl Budget {
     fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<(NodeId, u64)>> {
         self.order.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-/// Opens for reading without moving the file's atime: agx's own reads (before- and
-/// after-images, restores, views) must not show in the project's metadata. `open` gets
-/// the extra flag to add; O_NOATIME needs the file's owner or CAP_FOWNER, so on EPERM the
-/// open is made again without it.
-pub fn without_atime(
-    mut open: impl FnMut(rustix::fs::OFlags) -> rustix::io::Result<OwnedFd>,
-) -> rustix::io::Result<OwnedFd> {
-    match open(rustix::fs::OFlags::NOATIME) {
-        Err(rustix::io::Errno::PERM) => open(rustix::fs::OFlags::empty()),
-        r => r,
-    }
-}
-
-/// Whether an error means the process (or system) is out of descriptors.
-pub fn out_of_descriptors(e: rustix::io::Errno) -> bool {
-    e == rustix::io::Errno::MFILE || e == rustix::io::Errno::NFILE
 }

@@ -519,7 +519,7 @@ impl AgxFs {
             Some(rw) if created.is_some() => rw,
             _ => oflags,
         };
-        let (file, ticket) = match super::descriptors::retry(|| {
+        let (file, ticket) = match crate::sys::fd::retry(|| {
             rustix::fs::openat(
                 &*pfd,
                 name,
@@ -563,7 +563,7 @@ impl AgxFs {
                     self.reopen(existing.as_fd(), oflags)
                         .map_err(|e| rustix::io::Errno::from_raw_os_error(e.code()))
                 } else {
-                    super::descriptors::retry(|| {
+                    crate::sys::fd::retry(|| {
                         rustix::fs::openat(&*pfd, name, oflags | OFlags::NOFOLLOW, perm)
                     })
                 };

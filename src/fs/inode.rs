@@ -388,7 +388,7 @@ impl InodeTable {
             Some(fd) => fd,
             None => self.warm(&parent, depth + 1)?,
         };
-        let fd = super::descriptors::retry(|| {
+        let fd = crate::sys::fd::retry(|| {
             rustix::fs::openat(
                 &*pfd,
                 name,

@@ -35,13 +35,13 @@ use crate::attribution::Attributor;
 use crate::capture::Recorder;
 use crate::fs::handle::HandleTable;
 use crate::fs::inode::{InodeTable, Node};
-use crate::ids::{InodeKey, NodeId};
+use crate::ids::NodeId;
 
-pub use descriptors::{nofile_limit, retry as retry_descriptor, without_atime};
+pub use crate::sys::fd::{nofile_limit, retry as retry_descriptor, without_atime};
 pub use views::open_views;
 
 /// The name of agx's state directory at the top of the project.
-pub const AGX_DIR_NAME: &str = ".agx";
+pub use crate::sys::path::AGX_DIR_NAME;
 
 /// Settings of the FUSE front.
 #[derive(Clone, Debug)]
@@ -97,10 +97,7 @@ pub struct AgxFs {
     notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
 }
 
-/// Errno from a raw OS error.
-pub(crate) fn errno(e: rustix::io::Errno) -> Errno {
-    Errno::from_i32(e.raw_os_error())
-}
+pub(crate) use crate::sys::errno;
 
 pub(crate) trait OrErrno<T> {
     fn or_errno(self) -> Result<T, Errno>;
@@ -118,12 +115,7 @@ impl<T> OrErrno<T> for std::io::Result<T> {
     }
 }
 
-pub fn key_of(st: &Stat) -> InodeKey {
-    InodeKey {
-        dev: st.st_dev,
-        ino: st.st_ino,
-    }
-}
+pub use crate::sys::key_of;
 
 impl AgxFs {
     /// A front over the directory `root` (an `O_PATH` or real directory descriptor taken
@@ -148,7 +140,7 @@ impl AgxFs {
         let inodes = Arc::new(InodeTable::new(
             root,
             key_of(&st),
-            descriptors::Budget::for_limit(descriptors::nofile_limit()),
+            descriptors::Budget::for_limit(crate::sys::fd::nofile_limit()),
         ));
         descriptors::set_valve(&inodes);
         Ok(AgxFs {
@@ -203,7 +195,7 @@ impl AgxFs {
     /// Makes a descriptor with `open`, releasing idle node descriptors and trying again
     /// when the process is out of them.
     fn retry<T>(&self, open: impl FnMut() -> rustix::io::Result<T>) -> Result<T, Errno> {
-        descriptors::retry(open).or_errno()
+        crate::sys::fd::retry(open).or_errno()
     }
 
     /// Reopens a node's `O_PATH` descriptor as a real file with `flags`.

@@ -88,7 +88,7 @@ impl Filesystem for AgxFs {
             let (_, budget) = self.inodes.descriptors();
             log::info!(
                 "descriptors: up to {budget} held for cached inodes (limit {}); others reopened by name",
-                super::descriptors::nofile_limit()
+                crate::sys::fd::nofile_limit()
             );
             *self.report.lock().unwrap_or_else(|e| e.into_inner()) = Some(report);
             Ok(())

@@ -51,7 +51,7 @@ impl AgxFs {
 
     /// Whether the object at `path` (resolved beneath the root, no symlinks) is `node`'s.
     fn is_at(&self, node: &Node, path: &[u8]) -> Result<bool, Errno> {
-        match crate::restore::live::stat_checked(&*self.root_fd(), path) {
+        match crate::tree::stat_checked(&*self.root_fd(), path) {
             Ok(Some(o)) => Ok(super::key_of(&o.stat) == node.key),
             Ok(None) => Ok(false),
             Err(e) => Err(super::errno(e)),
@@ -221,7 +221,7 @@ impl AgxFs {
     /// for "absent" would record no before-image for what the change replaces.
     pub(super) fn peek(&self, parent: &Node, name: &OsStr) -> Result<Option<OwnedFd>, Errno> {
         let pfd = self.fd(parent)?;
-        match super::descriptors::retry(|| {
+        match crate::sys::fd::retry(|| {
             rustix::fs::openat(
                 &*pfd,
                 name,
@@ -268,11 +268,7 @@ fn search(
     use rustix::fs::{AtFlags, FileType, OFlags};
     let mut dirs: Vec<Vec<u8>> = vec![Vec::new()];
     while let Some(rel) = dirs.pop() {
-        let fd = match crate::restore::live::open_beneath(
-            root,
-            &rel,
-            OFlags::RDONLY | OFlags::DIRECTORY,
-        ) {
+        let fd = match crate::tree::open_beneath(root, &rel, OFlags::RDONLY | OFlags::DIRECTORY) {
             Ok(fd) => fd,
             Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => continue,
             Err(e) => return Err(e),
@@ -283,8 +279,8 @@ fn search(
             if name == b"." || name == b".." {
                 continue;
             }
-            let path = crate::restore::model_join(&rel, name);
-            if path == crate::fs::AGX_DIR_NAME.as_bytes() || path == b".git/objects" {
+            let path = crate::sys::path::join(&rel, name);
+            if path == crate::sys::path::AGX_DIR_NAME.as_bytes() || path == b".git/objects" {
                 continue;
             }
             let st = match rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) {

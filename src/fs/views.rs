@@ -21,9 +21,9 @@ use fuser::{Errno, FileAttr, FileType, Generation, INodeNo, ReplyDirectory, Repl
 
 use super::AgxFs;
 use crate::ids::{HandleId, NodeId};
-use crate::restore::live;
-use crate::restore::model_join;
+use crate::sys::path::join;
 use crate::timeline::Kind;
+use crate::tree as live;
 use crate::views::{Attr, Snapshot, Source, ViewError, Views};
 
 /// Views may change at any moment: the kernel must not cache what it learns of them.
@@ -221,7 +221,7 @@ impl AgxFs {
             return None;
         }
         Some(self.vtable.place(parent).and_then(|p| {
-            let path = model_join(&p.1, name.as_bytes());
+            let path = join(&p.1, name.as_bytes());
             self.view_attr(&p.0, &path)
         }))
     }
@@ -313,7 +313,7 @@ impl AgxFs {
             };
             entries.push(dot("..", parent));
             for (name, want) in list {
-                let path = model_join(&p.1, &name);
+                let path = join(&p.1, &name);
                 let id = self.vtable.id_of(&p.0, &path);
                 entries.push(DirEntry {
                     name: OsStr::from_bytes(&name).to_os_string(),

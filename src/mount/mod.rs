@@ -546,7 +546,7 @@ fn invalidate(
     paths: &[Vec<u8>],
     inodes: &[u64],
 ) {
-    use crate::restore::live;
+    use crate::tree as live;
     let node_of = |rel: &[u8]| -> Option<u64> {
         if rel.is_empty() {
             return Some(1);

@@ -29,7 +29,7 @@ use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::attribution::proc;
-use crate::fs::AGX_DIR_NAME;
+use crate::sys::path::AGX_DIR_NAME;
 
 /// The file's name in `.agx/`.
 pub const FILE: &str = "daemon";
@@ -104,7 +104,7 @@ fn local(ns: i64) -> String {
 }
 
 fn now_ns() -> i64 {
-    crate::capture::recorder::now_ns()
+    crate::sys::now_ns()
 }
 
 /// Writes `rec` as `.agx/daemon` atomically (temporary name, then rename), through the

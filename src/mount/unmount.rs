@@ -97,7 +97,7 @@ pub fn unmount(dir: &Path, lazy: bool) -> Result<String, UnmountError> {
 /// as long as its engine lives); true when there is none to hold.
 fn lock_free(project: &Path) -> bool {
     use rustix::fs::{flock, FlockOperation, Mode, OFlags};
-    let path = project.join(crate::fs::AGX_DIR_NAME).join("lock");
+    let path = project.join(crate::sys::path::AGX_DIR_NAME).join("lock");
     let Ok(fd) = rustix::fs::open(&path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) else {
         return true;
     };

@@ -8,7 +8,6 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use rustix::fs::{AtFlags, Gid, Mode, OFlags, Timespec, Timestamps, Uid};
 use serde::Serialize;
 
-use super::live::{self, open_beneath, os, split, LiveObj};
 use super::plan::{Plan, Step};
 use super::sources::Sources;
 use super::RestoreError;
@@ -16,6 +15,7 @@ use crate::capture::{After, Before, Recorder};
 use crate::ids::{ContentHash, Seq};
 use crate::store::Store;
 use crate::timeline::{Actor, Kind, Meta, ObjState, Op};
+use crate::tree::{self as live, open_beneath, os, split, LiveObj};
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
@@ -224,7 +224,7 @@ impl Ctx<'_> {
             Step::Remove { dir, .. } => {
                 let obj = live::stat(self.root, path).ok_or("it is gone already")?;
                 // The object may be kept by a staging link (see `capture::linked`).
-                let _content = self.recorder.lock(crate::fs::key_of(&obj.stat));
+                let _content = self.recorder.lock(crate::sys::key_of(&obj.stat));
                 self.note_links(&obj);
                 let op = if *dir { Op::Rmdir } else { Op::Unlink };
                 let before = if *dir {

@@ -8,13 +8,13 @@ use std::os::fd::OwnedFd;
 use rustix::fs::OFlags;
 use serde::{Deserialize, Serialize};
 
-use super::live;
 use super::plan::{resolve, Content, Want};
 use super::RestoreError;
 use super::State;
 use crate::ids::{ContentHash, Seq};
 use crate::store::Store;
 use crate::timeline::{Kind, Timeline};
+use crate::tree as live;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -138,7 +138,7 @@ pub fn diff(
                             extra.extend(
                                 below
                                     .into_iter()
-                                    .map(|b| super::model_join(p, &b[src.len() + 1..])),
+                                    .map(|b| crate::sys::path::join(p, &b[src.len() + 1..])),
                             );
                         }
                     }

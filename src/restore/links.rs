@@ -23,13 +23,13 @@ use std::os::fd::OwnedFd;
 
 use rustix::fs::{FileType, OFlags};
 
-use super::live::{self, LiveObj};
 use super::model::{Entry, Model, Node};
 use super::plan::{Content, Want};
 use super::steps::{unrestorable, Outcome, Steps};
 use super::RestoreError;
 use crate::ids::{ContentHash, Seq};
 use crate::timeline::{Event, Kind, Meta};
+use crate::tree::{self as live, LiveObj};
 
 pub use crate::timeline::ObjId as InodeId;
 
@@ -141,8 +141,8 @@ fn walk(root: &OwnedFd, rel: Vec<u8>, found: &mut dyn FnMut(&[u8], InodeId)) {
         if name == b"." || name == b".." {
             continue;
         }
-        let path = super::model_join(&rel, name);
-        if path == crate::fs::AGX_DIR_NAME.as_bytes() || path == b".git/objects" {
+        let path = crate::sys::path::join(&rel, name);
+        if path == crate::sys::path::AGX_DIR_NAME.as_bytes() || path == b".git/objects" {
             continue;
         }
         let ft = match entry.file_type() {

@@ -4,7 +4,6 @@
 pub mod apply;
 pub mod diff;
 pub mod links;
-pub mod live;
 pub mod model;
 pub mod plan;
 mod sources;
@@ -26,15 +25,4 @@ pub enum RestoreError {
     Store(#[from] crate::store::StoreError),
     #[error("{0}")]
     Other(String),
-}
-
-/// "a" + "b" -> "a/b"; "" + "b" -> "b".
-pub fn model_join(a: &[u8], b: &[u8]) -> Vec<u8> {
-    if a.is_empty() {
-        return b.to_vec();
-    }
-    let mut v = a.to_vec();
-    v.push(b'/');
-    v.extend_from_slice(b);
-    v
 }

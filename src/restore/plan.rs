@@ -9,12 +9,12 @@ use std::os::fd::OwnedFd;
 use serde::Serialize;
 
 use super::links::{self, InodeId};
-use super::live::{self, LiveObj};
 use super::model::{Entry, Node};
 use super::steps::Steps;
 use super::RestoreError;
 use crate::ids::{ContentHash, Seq};
 use crate::timeline::{Event, Kind, Meta, Timeline};
+use crate::tree::{self as live, LiveObj};
 
 /// Where a file's content comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -152,18 +152,8 @@ pub struct Want {
     pub seen: Option<Seq>,
 }
 
-fn is_agx(p: &[u8]) -> bool {
-    p == crate::fs::AGX_DIR_NAME.as_bytes() || p.starts_with(b".agx/")
-}
-
-fn is_git_objects(p: &[u8]) -> bool {
-    p == b".git/objects" || p.starts_with(b".git/objects/")
-}
-
-/// Paths diffs leave out: agx's state and git's object store.
-pub fn protected(p: &[u8]) -> bool {
-    is_agx(p) || is_git_objects(p)
-}
+pub use crate::sys::path::protected;
+use crate::sys::path::{is_agx, is_git_objects};
 
 /// Whether a restore may change `.git/objects/...` this way. Git's object store is passed
 /// through without capture (DESIGN.md section 4) and objects are only ever added, so a
@@ -304,7 +294,7 @@ impl Plan {
                         let mut below = Vec::new();
                         live::walk(root, src, &mut below);
                         for b in below {
-                            extra.push(super::model_join(k, &b[src.len() + 1..]));
+                            extra.push(crate::sys::path::join(k, &b[src.len() + 1..]));
                         }
                     }
                 }

@@ -10,11 +10,11 @@ use std::os::fd::OwnedFd;
 use rustix::fs::OFlags;
 use rustix::process::{getrlimit, Resource};
 
-use super::live::open_beneath;
 use super::plan::{Content, Plan, Step};
 use super::RestoreError;
 use crate::ids::ContentHash;
 use crate::store::Store;
+use crate::tree::open_beneath;
 
 /// At most this many descriptors are held, and never more than 1/8 of the process's
 /// limit: the rest of the restore (and, in the daemon, the mount) needs descriptors too.

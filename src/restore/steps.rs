@@ -5,9 +5,9 @@
 
 use std::os::fd::OwnedFd;
 
-use super::live::{self, LiveObj};
 use super::plan::{Content, Skipped, Step, Want};
 use crate::timeline::{Kind, Meta};
+use crate::tree::{self as live, LiveObj};
 
 /// What planning did with a path's live object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,12 +9,12 @@ use std::os::fd::{AsFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode, OFlags};
 
 use super::apply::{set_meta, Ctx};
-use super::live::{self, os, split};
 use super::plan::Content;
 use super::sources::{Source, Sources};
 use crate::capture::{Before, Ticket};
 use crate::ids::ContentHash;
 use crate::timeline::{Kind, Meta, Op};
+use crate::tree::{self as live, os, split};
 
 fn io_err(e: rustix::io::Errno) -> String {
     std::io::Error::from(e).to_string()
@@ -116,7 +116,7 @@ impl Ctx<'_> {
         let replaced = live::stat(self.root, path).filter(|_| replace);
         let _content = replaced
             .as_ref()
-            .map(|o| self.recorder.lock(crate::fs::key_of(&o.stat)));
+            .map(|o| self.recorder.lock(crate::sys::key_of(&o.stat)));
         let t = self
             .begin_replace(Op::Write, path, parent, name, replace)
             .map_err(&cleanup)?;
@@ -184,7 +184,7 @@ impl Ctx<'_> {
         let replaced = live::stat(self.root, path);
         let _content = replaced
             .as_ref()
-            .map(|o| self.recorder.lock(crate::fs::key_of(&o.stat)));
+            .map(|o| self.recorder.lock(crate::sys::key_of(&o.stat)));
         let t = self
             .begin_replace(Op::Link, path, parent, name, true)
             .map_err(&cleanup)?;

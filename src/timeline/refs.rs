@@ -203,7 +203,7 @@ impl Ref {
 
 /// Parses and resolves a REF in one step.
 pub fn resolve(text: &str, timeline: &Timeline) -> Result<Seq, RefError> {
-    Ref::parse(text)?.resolve(timeline, crate::capture::recorder::now_ns(), text)
+    Ref::parse(text)?.resolve(timeline, crate::sys::now_ns(), text)
 }
 
 #[cfg(test)]

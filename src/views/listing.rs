@@ -3,11 +3,11 @@
 use std::collections::BTreeSet;
 
 use super::{Snapshot, ViewError, Views};
-use crate::restore::live;
 use crate::restore::model::Entry;
-use crate::restore::model_join;
 use crate::restore::plan::Want;
+use crate::sys::path::join;
 use crate::timeline::Kind;
+use crate::tree as live;
 
 impl Views {
     /// The entries of directory `dir` at the point, in name order. Candidates are the
@@ -38,7 +38,7 @@ impl Views {
         }
         let mut out = Vec::new();
         for name in names {
-            let p = model_join(dir, &name);
+            let p = join(dir, &name);
             match self.want(s, &p) {
                 Ok(w) => out.push((name, w)),
                 Err(ViewError::NotFound) => {}

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use rustix::fs::OFlags;
 
 use super::{Snapshot, ViewError, Views};
-use crate::restore::live;
 use crate::restore::plan::{Content, Want};
 use crate::timeline::Kind;
+use crate::tree as live;
 
 /// What `stat` shows for an object of a view.
 #[derive(Clone, Debug)]

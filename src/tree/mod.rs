@@ -1,28 +1,22 @@
-//! Reading and changing the live tree by project-relative path, never following a
-//! symlink (not even inside the project) and never leaving the project: every path is
-//! resolved with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` from the root handle.
+//! The live tree beneath the project's root handle: objects by project-relative path
+//! (never following a symlink, not even inside the project, and never leaving the
+//! project: every path is resolved with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`),
+//! and the state of an object as history records it (`state`). Capture, restore, views and
+//! the FUSE front all read the tree through here; it uses only `sys` and the timeline's
+//! types.
+
+pub mod state;
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::{Mode, OFlags, ResolveFlags, Stat};
 
-use crate::capture::state::{kind_of, meta_of};
 use crate::ids::ContentHash;
 use crate::timeline::{Kind, Meta, ObjId};
+use state::{kind_of, meta_of};
 
-pub fn os(p: &[u8]) -> &OsStr {
-    OsStr::from_bytes(p)
-}
-
-/// Splits "a/b/c" into ("a/b", "c"); a top-level name has parent "".
-pub fn split(p: &[u8]) -> (&[u8], &[u8]) {
-    match p.iter().rposition(|c| *c == b'/') {
-        Some(i) => (&p[..i], &p[i + 1..]),
-        None => (&[], p),
-    }
-}
+pub use crate::sys::path::{os, split};
 
 /// Opens `rel` beneath `root` (the root itself for "").
 pub fn open_beneath(root: impl AsFd, rel: &[u8], flags: OFlags) -> rustix::io::Result<OwnedFd> {
@@ -34,7 +28,7 @@ pub fn open_beneath(root: impl AsFd, rel: &[u8], flags: OFlags) -> rustix::io::R
     let root = root.as_fd();
     let open = |extra: OFlags| {
         // In the daemon, an EMFILE has the mount release idle descriptors first.
-        crate::fs::retry_descriptor(|| {
+        crate::sys::fd::retry(|| {
             rustix::fs::openat2(
                 root,
                 path,
@@ -48,7 +42,7 @@ pub fn open_beneath(root: impl AsFd, rel: &[u8], flags: OFlags) -> rustix::io::R
         OFlags::WRONLY | OFlags::RDWR | OFlags::PATH | OFlags::DIRECTORY | OFlags::CREATE,
     );
     if reads_content {
-        crate::fs::without_atime(open)
+        crate::sys::fd::without_atime(open)
     } else {
         open(OFlags::empty())
     }
@@ -69,7 +63,7 @@ impl LiveObj {
 
     /// Which object this is (see [`ObjId`]).
     pub fn id(&self) -> ObjId {
-        crate::capture::state::id_of(&self.fd, &self.stat)
+        state::id_of(&self.fd, &self.stat)
     }
 }
 
@@ -95,7 +89,7 @@ pub fn open_attrs(obj: &LiveObj) -> Option<OwnedFd> {
         _ => return None,
     };
     let path = format!("/proc/self/fd/{}", obj.fd.as_raw_fd());
-    crate::fs::without_atime(|quiet| {
+    crate::sys::fd::without_atime(|quiet| {
         rustix::fs::open(&path, flags | OFlags::CLOEXEC | quiet, Mode::empty())
     })
     .ok()
@@ -165,8 +159,8 @@ pub fn list(root: impl AsFd, rel: &[u8]) -> Vec<Vec<u8>> {
 /// Every path strictly below the live directory `rel`, parents before children.
 pub fn walk(root: &OwnedFd, rel: &[u8], out: &mut Vec<Vec<u8>>) {
     for name in list(root, rel) {
-        let p = super::model_join(rel, &name);
-        if rel.is_empty() && name == crate::fs::AGX_DIR_NAME.as_bytes() {
+        let p = crate::sys::path::join(rel, &name);
+        if rel.is_empty() && name == crate::sys::path::AGX_DIR_NAME.as_bytes() {
             continue;
         }
         let is_dir = stat(root, &p).is_some_and(|o| o.kind == Kind::Dir);
@@ -181,7 +175,7 @@ pub fn walk(root: &OwnedFd, rel: &[u8], out: &mut Vec<Vec<u8>>) {
 pub fn hash(obj: &LiveObj) -> Option<ContentHash> {
     use std::os::fd::AsRawFd;
     let path = format!("/proc/self/fd/{}", obj.fd.as_raw_fd());
-    let f = crate::fs::without_atime(|quiet| {
+    let f = crate::sys::fd::without_atime(|quiet| {
         rustix::fs::open(
             &path,
             OFlags::RDONLY | OFlags::CLOEXEC | quiet,
@@ -189,5 +183,5 @@ pub fn hash(obj: &LiveObj) -> Option<ContentHash> {
         )
     })
     .ok()?;
-    crate::capture::staging_hash(&f).ok().map(|(h, _)| h)
+    crate::sys::read::hash_file(&f).ok().map(|(h, _)| h)
 }

@@ -5,7 +5,6 @@ use std::os::fd::{AsFd, AsRawFd};
 use rustix::fs::{FileType, Stat};
 use serde::{Deserialize, Serialize};
 
-use crate::ids::InodeKey;
 use crate::timeline::{Kind, Meta, ObjId};
 
 pub fn kind_of(st: &Stat) -> Kind {
@@ -17,12 +16,7 @@ pub fn kind_of(st: &Stat) -> Kind {
     }
 }
 
-pub fn key_of(st: &Stat) -> InodeKey {
-    InodeKey {
-        dev: st.st_dev,
-        ino: st.st_ino,
-    }
-}
+pub use crate::sys::key_of;
 
 /// An object's identity and change stamps. Two equal stamps of a file taken at two moments
 /// mean it did not change in between (a write or truncate moves ctime; the kernel gives a
