@@ -29,6 +29,21 @@ fn stand_in(dir: &Path, name: &str) -> PathBuf {
     p
 }
 
+/// Runs `cmd`, again while it fails with ETXTBSY: a program just written can be busy for
+/// a moment when another test thread forked while its descriptor was open for writing
+/// (the child holds it until its exec closes it).
+fn output_of(cmd: &mut Command) -> std::process::Output {
+    for _ in 0..100 {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            r => return r.unwrap(),
+        }
+    }
+    panic!("{cmd:?} stayed busy")
+}
+
 /// Waits up to 20 s for `cond`.
 fn wait_for(what: &str, cond: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -103,13 +118,13 @@ grep "Max realtime timeout" /proc/$$/limits
 "$AGX" session end 2>&1
 {THREE}"#
     );
-    let o = Command::new(&agent)
-        .arg("-c")
-        .arg(&script)
-        .current_dir(m.path())
-        .env("AGX", agx_bin())
-        .output()
-        .unwrap();
+    let o = output_of(
+        Command::new(&agent)
+            .arg("-c")
+            .arg(&script)
+            .current_dir(m.path())
+            .env("AGX", agx_bin()),
+    );
     let out = stdout(&o);
     // The daemon marked the agent process the hook found (and so what it starts later).
     let (limits, out) = out.split_once('\n').unwrap();

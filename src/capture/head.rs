@@ -12,6 +12,8 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
+use crate::ids::Seq;
+use crate::sys::now_ns;
 use rustix::fs::{Mode, OFlags};
 
 pub const NAME: &str = "head";
@@ -65,6 +67,26 @@ impl Head {
             rustix::fs::fdatasync(&self.fd)?;
         }
         self.at = seq;
+        Ok(())
+    }
+}
+
+impl super::recorder::Recorder {
+    /// History the timeline database lost, if any: (its last event, the last one
+    /// recorded). Only a recorder opened with `tolerate_loss` has one.
+    pub fn lost(&self) -> Option<(i64, i64)> {
+        *self.lost.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// A person accepts the loss of history: the timeline as it is becomes the record.
+    pub fn accept_loss(&self) -> Result<(), super::CaptureError> {
+        let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, recorded)) = *lost {
+            self.query
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .accept_loss(Seq(recorded), now_ns())?;
+            *lost = None;
+        }
         Ok(())
     }
 }

@@ -27,6 +27,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::ids::{ContentHash, InodeKey};
+use fuser::Errno;
+
+use super::recorder::enospc_or_eio;
 
 struct Entry {
     key: InodeKey,
@@ -157,5 +160,46 @@ impl Linked {
             }
             self.count.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+}
+
+impl super::recorder::Recorder {
+    /// Links of object `key` that are agx's own (before-images kept in staging by a hard
+    /// link), not names in the project.
+    pub fn staged_links(&self, key: InodeKey) -> u64 {
+        self.shared.linked.links(key)
+    }
+    /// Locks changes of object `key`'s content and makes it safe to change: held from
+    /// before the change begins (its before-image) until it has taken effect, by every
+    /// change of the object's content, recorded or not (see `linked.rs`). An error (a
+    /// before-image kept by a staging link could not be stored) means the change must not
+    /// be made.
+    pub fn guard(&self, key: InodeKey) -> Result<super::linked::ContentGuard<'_>, Errno> {
+        let g = self.shared.linked.lock(key);
+        self.secure(key)?;
+        Ok(g)
+    }
+    /// Locks changes of object `key`'s content for a change that keeps the object by a
+    /// staging link (it loses a name) rather than changing it.
+    pub fn lock(&self, key: InodeKey) -> super::linked::ContentGuard<'_> {
+        self.shared.linked.lock(key)
+    }
+    /// Stores every before-image of object `key` kept in staging by a hard link.
+    fn secure(&self, key: InodeKey) -> Result<(), Errno> {
+        self.shared
+            .linked
+            .secure(key, |name| {
+                super::worker::ingest_staged(&self.shared, name, None)
+            })
+            .map_err(|e| {
+                log::error!("cannot store a before-image kept in staging: {e}");
+                match e {
+                    super::CaptureError::Io { source, .. } => enospc_or_eio(&source),
+                    super::CaptureError::Store(crate::store::StoreError::Io { source, .. }) => {
+                        enospc_or_eio(&source)
+                    }
+                    _ => Errno::EIO,
+                }
+            })
     }
 }

@@ -15,12 +15,15 @@ mod recovery;
 pub mod reserve;
 mod slots;
 mod staging;
+mod take;
+mod ticket;
 mod worker;
 
 use thiserror::Error;
 
 pub use linked::ContentGuard;
-pub use recorder::{After, Before, Recorder, Ticket};
+pub use recorder::Recorder;
+pub use ticket::{After, Before, Ticket};
 
 /// Why capture could not start.
 #[derive(Debug, Error)]

@@ -20,7 +20,8 @@
 
 use std::os::fd::AsFd;
 
-use super::recorder::{After, Before, Recorder};
+use super::recorder::Recorder;
+use super::ticket::{After, Before};
 use super::CaptureError;
 use crate::ids::Seq;
 use crate::timeline::{Actor, Event, Kind, ObjState, Op};
@@ -320,5 +321,21 @@ impl Recorder {
             String::from_utf8_lossy(path)
         );
         Ok(Some(true))
+    }
+}
+
+impl super::recorder::Recorder {
+    /// Whether `path` was checked for changes made outside agx (see `outside.rs`).
+    pub(super) fn checked(&self, path: &[u8]) -> bool {
+        self.checked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(path)
+    }
+    pub(super) fn mark_checked(&self, path: &[u8]) {
+        self.checked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(path.to_vec());
     }
 }

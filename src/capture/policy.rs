@@ -346,3 +346,27 @@ impl Policy {
         rules
     }
 }
+
+impl super::recorder::Recorder {
+    /// Whether changes to `path` pass through without capture (see `policy.rs`: ignore
+    /// rules never exempt what has history, what git tracks, or anything under rules an
+    /// agent session wrote).
+    pub fn skips(&self, path: &[u8], is_dir: bool) -> bool {
+        let env = super::policy::Env {
+            root: &self.shared.root,
+            timeline: &self.query,
+            recent: &self.shared.recent,
+        };
+        self.policy.skips(&self.ignore, path, is_dir, &env)
+    }
+    /// Whether entries of directory `dir` may have history (cheap once asked: cached per
+    /// directory). False means none has any.
+    pub fn may_have_history(&self, dir: &[u8]) -> bool {
+        let env = super::policy::Env {
+            root: &self.shared.root,
+            timeline: &self.query,
+            recent: &self.shared.recent,
+        };
+        self.policy.may_have_history(dir, &env)
+    }
+}

@@ -10,7 +10,6 @@
 //!   the ones a crash interrupted.
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -24,166 +23,11 @@ use super::config::CaptureConfig;
 use super::ignore::IgnoreRules;
 use super::journal::{Journal, Record};
 use super::staging::Staging;
+use super::ticket::{After, Before, Held, Known, OpenEvents, Ticket};
 use crate::ids::{ContentHash, InodeKey, Seq};
 use crate::store::Store;
-use crate::sys::read::hash_file;
 use crate::timeline::{Actor, Event, Kind, ObjState, Op, Timeline};
-use crate::tree::state::{key_of, kind_of, meta_of, stamp_of, Stamp};
-
-/// What to record of the state a mutation changes.
-pub enum Before<'a> {
-    /// Nothing is there (a creation).
-    Absent,
-    /// Kind and metadata only: the content does not change (chmod, rename source, ...).
-    Meta(BorrowedFd<'a>),
-    /// Content too, by copy (write, truncate, fallocate).
-    Content(BorrowedFd<'a>),
-    /// The object loses this name (unlink, rename over it): kept by a hard link from
-    /// `dir/name` unless `may_change` (other names or open writers), then copied.
-    Leaving {
-        fd: BorrowedFd<'a>,
-        dir: BorrowedFd<'a>,
-        name: &'a OsStr,
-        may_change: bool,
-    },
-    /// A state known from the timeline (the last one recorded before a change made
-    /// outside agx): its content is kept only if the store has it.
-    Recorded(ObjState),
-    /// Metadata, with the inode flags and project id read by the caller (a change of
-    /// them: `Meta::flags`).
-    Attrs {
-        fd: BorrowedFd<'a>,
-        flags: Option<u32>,
-        projid: Option<u32>,
-    },
-}
-
-/// The state after a mutation.
-pub enum After {
-    Absent,
-    /// Known now (metadata read by the caller; content unchanged or not a file).
-    State(ObjState),
-    /// A file whose new content the worker reads (an `O_PATH` descriptor of it).
-    Content(OwnedFd),
-}
-
-/// A begun event. (Kept small: open file handles carry one.)
-pub struct Ticket {
-    pub(super) event: Box<Event>,
-    pub(super) staged: Option<String>,
-    pub(super) target_staged: Option<String>,
-    /// The before-image of `event.path` itself, when small (see [`INLINE_MAX`]): kept in
-    /// the journal's begin record instead of a staging file.
-    pub(super) inline: Option<Vec<u8>>,
-    pub(super) stamps: Box<Stamps>,
-}
-
-/// Before-images copied on the request path up to this size are kept in memory and in the
-/// journal's begin record (hex) instead of in a staging file: no file is created, written
-/// and later removed per change, which on a busy ext4 costs an inode allocation on the
-/// request path. Larger ones are staged. Default 32 KiB (most source files); an open
-/// handle carries its before-image until release, so this bounds the memory per open
-/// recorded file.
-pub const INLINE_MAX: u64 = 32 * 1024;
-
-/// Where a taken before-image's content waits for the worker.
-enum Held {
-    Nothing,
-    Staged(String),
-    Inline(Vec<u8>),
-}
-
-/// What tells whether a content change changed anything, and which content it left.
-#[derive(Default)]
-pub(super) struct Stamps {
-    /// For a content change: the file's stamp just before its before-image was taken.
-    pub(super) begun: Option<Stamp>,
-    /// The file's stamp when the event was committed with `After::Content`: the content
-    /// the worker reads later is this event's after-image only if the stamp still holds.
-    /// None when another content change of the file began before this one ended (its
-    /// changes may then be in that stamp too).
-    pub(super) committed: Option<Stamp>,
-    /// The file's stamp when the event was committed, also when another change overlapped:
-    /// equal to `begun`, nobody changed the file during the event.
-    pub(super) ended: Option<Stamp>,
-    /// For a content change: its place among the open content events of the file.
-    pub(super) slot: Option<Slot>,
-}
-
-/// A content event's registration in [`Shared::open`]: the file and the generation it
-/// began at.
-type Slot = (InodeKey, u64);
-
-/// The content events of one file that have begun and not ended.
-#[derive(Default)]
-struct OpenEvents {
-    count: u32,
-    /// Bumped by every begin: an event that sees another generation at its end overlapped
-    /// with a later change of the same file.
-    gen: u64,
-}
-
-impl Ticket {
-    pub(super) fn from_parts(
-        event: Event,
-        staged: Option<String>,
-        target_staged: Option<String>,
-        inline: Option<Vec<u8>>,
-        committed: Option<Stamp>,
-    ) -> Ticket {
-        Ticket {
-            event: Box::new(event),
-            staged,
-            target_staged,
-            inline,
-            stamps: Box::new(Stamps {
-                committed,
-                ..Stamps::default()
-            }),
-        }
-    }
-
-    pub fn seq(&self) -> Seq {
-        self.event.seq
-    }
-
-    pub fn op(&self) -> Op {
-        self.event.op
-    }
-
-    pub fn before_hash(&self) -> Option<ContentHash> {
-        self.event.before.hash
-    }
-
-    /// The process the change is attributed to.
-    pub fn pid(&self) -> u32 {
-        self.event.actor.pid
-    }
-
-    /// The project-relative path the change began at.
-    pub fn path(&self) -> &[u8] {
-        &self.event.path
-    }
-}
-
-/// The last after-image recorded for an inode: a later before-image with the same size,
-/// times and inode is that content, already stored.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) struct Known {
-    size: i64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-    hash: ContentHash,
-}
-
-pub(super) fn known_of(st: &rustix::fs::Stat, hash: ContentHash) -> Known {
-    Known {
-        size: st.st_size,
-        mtime: (st.st_mtime, st.st_mtime_nsec as i64),
-        ctime: (st.st_ctime, st.st_ctime_nsec as i64),
-        hash,
-    }
-}
+use crate::tree::state::stamp_of;
 
 pub(super) enum Job {
     Commit(Box<Ticket>, After),
@@ -210,7 +54,7 @@ pub(super) struct Shared {
     pub(super) inflight: AtomicI64,
     pub(super) known: Mutex<HashMap<InodeKey, Known>>,
     /// Files with content events in progress (see [`OpenEvents`]).
-    open: Mutex<HashMap<InodeKey, OpenEvents>>,
+    pub(super) open: Mutex<HashMap<InodeKey, OpenEvents>>,
     proc_fd: OwnedFd,
     pub root: OwnedFd,
     /// Files larger than this are hashed, never stored.
@@ -255,25 +99,25 @@ impl Shared {
 
 pub struct Recorder {
     pub(super) shared: Arc<Shared>,
-    next_seq: AtomicI64,
+    pub(super) next_seq: AtomicI64,
     /// Changes committed or cancelled so far (see `changes`).
-    ended: AtomicU64,
+    pub(super) ended: AtomicU64,
     /// See [`Recorder::tree_epoch`].
-    epoch: AtomicU64,
+    pub(super) epoch: AtomicU64,
     /// History the database lost: (its last event, the last one recorded), until a
     /// person accepts the loss (see `head.rs`).
-    lost: Mutex<Option<(i64, i64)>>,
+    pub(super) lost: Mutex<Option<(i64, i64)>>,
     /// Paths checked for changes made outside agx (`outside.rs`): once per mount.
-    checked: Mutex<std::collections::HashSet<Vec<u8>>>,
-    tx: Sender<Job>,
+    pub(super) checked: Mutex<std::collections::HashSet<Vec<u8>>>,
+    pub(super) tx: Sender<Job>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
-    ignore: IgnoreRules,
+    pub(super) ignore: IgnoreRules,
     /// Which changes pass uncaptured (see `policy.rs`).
-    policy: super::policy::Policy,
+    pub(super) policy: super::policy::Policy,
     /// A connection of its own for the policy's questions (request threads ask; the
     /// worker's connection is the worker's).
     pub(super) query: Mutex<Timeline>,
-    cfg: CaptureConfig,
+    pub(super) cfg: CaptureConfig,
     /// Run before each [`Recorder::flush`]: waits for changes whose end is on its way
     /// (see `fs::settle`). Set once by the mount; unset, a flush does not wait for them.
     settle: std::sync::OnceLock<Settle>,
@@ -284,7 +128,7 @@ pub type Settle = Box<dyn Fn() + Send + Sync>;
 
 pub use crate::sys::now_ns;
 
-fn enospc_or_eio(e: &std::io::Error) -> Errno {
+pub(super) fn enospc_or_eio(e: &std::io::Error) -> Errno {
     match e.raw_os_error() {
         Some(libc::ENOSPC) | Some(libc::EDQUOT) => Errno::ENOSPC,
         _ => Errno::EIO,
@@ -382,18 +226,6 @@ impl Recorder {
         &self.cfg
     }
 
-    /// Whether changes to `path` pass through without capture (see `policy.rs`: ignore
-    /// rules never exempt what has history, what git tracks, or anything under rules an
-    /// agent session wrote).
-    pub fn skips(&self, path: &[u8], is_dir: bool) -> bool {
-        let env = super::policy::Env {
-            root: &self.shared.root,
-            timeline: &self.query,
-            recent: &self.shared.recent,
-        };
-        self.policy.skips(&self.ignore, path, is_dir, &env)
-    }
-
     /// An ignore file changed: reload the rules.
     /// The last sequence number handed out (its event may not be in the timeline yet).
     pub fn last_seq(&self) -> Seq {
@@ -407,12 +239,6 @@ impl Recorder {
         (self.last_seq(), ended)
     }
 
-    /// Links of object `key` that are agx's own (before-images kept in staging by a hard
-    /// link), not names in the project.
-    pub fn staged_links(&self, key: InodeKey) -> u64 {
-        self.shared.linked.links(key)
-    }
-
     /// Changes recorded in the journal that the timeline database could not take yet (a
     /// full disk). Commands that read history refuse while there are any: their answer
     /// would leave those changes out.
@@ -423,87 +249,6 @@ impl Recorder {
     /// Whether agx gave back its reserved room because the disk was full.
     pub fn disk_full(&self) -> bool {
         self.shared.reserve.released()
-    }
-
-    /// History the timeline database lost, if any: (its last event, the last one
-    /// recorded). Only a recorder opened with `tolerate_loss` has one.
-    pub fn lost(&self) -> Option<(i64, i64)> {
-        *self.lost.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A person accepts the loss of history: the timeline as it is becomes the record.
-    pub fn accept_loss(&self) -> Result<(), super::CaptureError> {
-        let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, recorded)) = *lost {
-            self.query
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .accept_loss(Seq(recorded), now_ns())?;
-            *lost = None;
-        }
-        Ok(())
-    }
-
-    /// Whether `path` was checked for changes made outside agx (see `outside.rs`).
-    pub(super) fn checked(&self, path: &[u8]) -> bool {
-        self.checked
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(path)
-    }
-
-    pub(super) fn mark_checked(&self, path: &[u8]) {
-        self.checked
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(path.to_vec());
-    }
-
-    /// Whether entries of directory `dir` may have history (cheap once asked: cached per
-    /// directory). False means none has any.
-    pub fn may_have_history(&self, dir: &[u8]) -> bool {
-        let env = super::policy::Env {
-            root: &self.shared.root,
-            timeline: &self.query,
-            recent: &self.shared.recent,
-        };
-        self.policy.may_have_history(dir, &env)
-    }
-
-    /// Locks changes of object `key`'s content and makes it safe to change: held from
-    /// before the change begins (its before-image) until it has taken effect, by every
-    /// change of the object's content, recorded or not (see `linked.rs`). An error (a
-    /// before-image kept by a staging link could not be stored) means the change must not
-    /// be made.
-    pub fn guard(&self, key: InodeKey) -> Result<super::linked::ContentGuard<'_>, Errno> {
-        let g = self.shared.linked.lock(key);
-        self.secure(key)?;
-        Ok(g)
-    }
-
-    /// Locks changes of object `key`'s content for a change that keeps the object by a
-    /// staging link (it loses a name) rather than changing it.
-    pub fn lock(&self, key: InodeKey) -> super::linked::ContentGuard<'_> {
-        self.shared.linked.lock(key)
-    }
-
-    /// Stores every before-image of object `key` kept in staging by a hard link.
-    fn secure(&self, key: InodeKey) -> Result<(), Errno> {
-        self.shared
-            .linked
-            .secure(key, |name| {
-                super::worker::ingest_staged(&self.shared, name, None)
-            })
-            .map_err(|e| {
-                log::error!("cannot store a before-image kept in staging: {e}");
-                match e {
-                    super::CaptureError::Io { source, .. } => enospc_or_eio(&source),
-                    super::CaptureError::Store(crate::store::StoreError::Io { source, .. }) => {
-                        enospc_or_eio(&source)
-                    }
-                    _ => Errno::EIO,
-                }
-            })
     }
 
     /// A number that changes whenever agx itself changes the tree behind the mount (a
@@ -552,34 +297,6 @@ impl Recorder {
                 Err(e)
             }
         }
-    }
-
-    /// Registers a content event of the file behind `fd` as begun.
-    fn enter(&self, fd: BorrowedFd<'_>) -> Option<Slot> {
-        let key = key_of(&rustix::fs::fstat(fd).ok()?);
-        let mut open = self.shared.open.lock().unwrap_or_else(|e| e.into_inner());
-        let o = open.entry(key).or_default();
-        o.count += 1;
-        o.gen += 1;
-        Some((key, o.gen))
-    }
-
-    /// Ends a content event's registration; true when another content event of the same
-    /// file began after it.
-    fn leave(&self, slot: Option<Slot>) -> bool {
-        let Some((key, gen)) = slot else {
-            return false;
-        };
-        let mut open = self.shared.open.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(o) = open.get_mut(&key) else {
-            return false;
-        };
-        let overlapped = o.gen != gen;
-        o.count -= 1;
-        if o.count == 0 {
-            open.remove(&key);
-        }
-        overlapped
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -671,138 +388,6 @@ impl Recorder {
         if let Some(s) = &t.target_staged {
             self.shared.drop_staged(s);
         }
-    }
-
-    /// Takes a before-state; returns it, where its content waits for the worker (in
-    /// memory only when `inline` allows), and whether the content was kept.
-    fn take(
-        &self,
-        b: Before<'_>,
-        name: &str,
-        inline: bool,
-    ) -> Result<(ObjState, Held, bool), Errno> {
-        match b {
-            Before::Absent => Ok((ObjState::absent(), Held::Nothing, true)),
-            Before::Recorded(mut state) => {
-                // Content the store does not have was never kept (a creation's content
-                // is only hashed): say so rather than name a version nobody can read.
-                if state.hash.is_some_and(|h| !self.shared.store.has(&h)) {
-                    state.hash = None;
-                }
-                Ok((state, Held::Nothing, true))
-            }
-            Before::Meta(fd) => {
-                let st = rustix::fs::fstat(fd).map_err(crate::sys::errno)?;
-                Ok((self.meta_state(fd, &st), Held::Nothing, true))
-            }
-            Before::Attrs { fd, flags, projid } => {
-                let st = rustix::fs::fstat(fd).map_err(crate::sys::errno)?;
-                let mut s = self.meta_state(fd, &st);
-                if let Some(m) = s.meta.as_mut() {
-                    (m.flags, m.projid) = (flags, projid);
-                }
-                Ok((s, Held::Nothing, true))
-            }
-            Before::Content(fd) => self.take_content(fd, None, name, inline),
-            Before::Leaving {
-                fd,
-                dir,
-                name: entry,
-                may_change,
-            } => {
-                let st = rustix::fs::fstat(fd).map_err(crate::sys::errno)?;
-                if kind_of(&st) != Kind::File {
-                    return Ok((self.meta_state(fd, &st), Held::Nothing, true));
-                }
-                let link = if may_change || st.st_nlink > 1 {
-                    None
-                } else {
-                    Some((dir, entry))
-                };
-                self.take_content(fd, link, name, inline)
-            }
-        }
-    }
-
-    fn meta_state(&self, fd: BorrowedFd<'_>, st: &rustix::fs::Stat) -> ObjState {
-        let kind = kind_of(st);
-        // Content does not change; note its hash when it is known for free.
-        let hash = if kind == Kind::File {
-            self.known_hash(st)
-        } else {
-            None
-        };
-        ObjState {
-            kind,
-            hash,
-            meta: Some(meta_of(fd, st)),
-        }
-    }
-
-    fn known_hash(&self, st: &rustix::fs::Stat) -> Option<ContentHash> {
-        let known = self.shared.known.lock().unwrap_or_else(|e| e.into_inner());
-        known
-            .get(&key_of(st))
-            .filter(|k| **k == known_of(st, k.hash))
-            .map(|k| k.hash)
-    }
-
-    fn take_content(
-        &self,
-        fd: BorrowedFd<'_>,
-        link: Option<(BorrowedFd<'_>, &OsStr)>,
-        name: &str,
-        inline: bool,
-    ) -> Result<(ObjState, Held, bool), Errno> {
-        let st = rustix::fs::fstat(fd).map_err(crate::sys::errno)?;
-        let mut state = self.meta_state(fd, &st);
-        if state.kind != Kind::File {
-            return Ok((state, Held::Nothing, true));
-        }
-        if let Some(h) = state.hash {
-            if self.shared.store.has(&h) {
-                return Ok((state, Held::Nothing, true));
-            }
-        }
-        let file = self.shared.reopen_read(fd).map_err(|e| enospc_or_eio(&e))?;
-        if st.st_size as u64 > self.cfg.max_size {
-            let (h, _) = hash_file(&file).map_err(|e| enospc_or_eio(&e))?;
-            state.hash = Some(h);
-            return Ok((state, Held::Nothing, false));
-        }
-        if let Some((dir, entry)) = link {
-            let linked = super::reserve::with_room(&self.shared.reserve, || {
-                self.shared.staging.link(dir, entry, name)
-            });
-            if linked.is_ok() {
-                self.shared.linked.add(key_of(&st), name);
-                return Ok((state, Held::Staged(name.to_string()), true));
-            }
-        }
-        if inline && st.st_size as u64 <= INLINE_MAX {
-            let mut bytes = Vec::with_capacity(st.st_size as usize);
-            // One byte past the bound tells a file that grew meanwhile.
-            std::io::Read::read_to_end(
-                &mut std::io::Read::take(
-                    crate::sys::read::PositionalReader::new(&file),
-                    INLINE_MAX + 1,
-                ),
-                &mut bytes,
-            )
-            .map_err(|e| enospc_or_eio(&e))?;
-            // Grown past the bound while read: staged like any large file.
-            if bytes.len() as u64 <= INLINE_MAX {
-                state.hash = Some(ContentHash::of(&bytes));
-                return Ok((state, Held::Inline(bytes), true));
-            }
-        }
-        let staged = self
-            .shared
-            .staging
-            .copy(&file, name)
-            .map_err(|e| enospc_or_eio(&e))?;
-        state.hash = staged.hash;
-        Ok((state, Held::Staged(name.to_string()), true))
     }
 
     /// Drops the ignore rules `e` may change: it changes an ignore file, or moves or

@@ -8,7 +8,8 @@ use std::os::fd::OwnedFd;
 use rustix::fs::{Mode, OFlags};
 
 use super::journal::{self, Record};
-use super::recorder::{After, Shared, Ticket};
+use super::recorder::Shared;
+use super::ticket::{After, Ticket};
 use super::worker::{finish, ingest_staged, is_noop};
 use super::CaptureError;
 use crate::ids::Seq;

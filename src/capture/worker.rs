@@ -11,7 +11,8 @@ use crossbeam_channel::Receiver;
 use rustix::fs::OFlags;
 
 use super::journal::Record;
-use super::recorder::{known_of, After, Job, Shared, Ticket};
+use super::recorder::{Job, Shared};
+use super::ticket::{known_of, After, Ticket};
 use crate::ids::{ContentHash, Seq};
 use crate::sys::read::{hash_file, hash_sized};
 use crate::timeline::{Event, Kind, ObjState, Op, Timeline};

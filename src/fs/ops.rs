@@ -18,7 +18,7 @@ use fuser::{
 mod guard;
 
 use super::entry::Caller;
-use super::file::SetAttr;
+use super::setattr::SetAttr;
 use super::xattr::XattrReply;
 use super::AgxFs;
 use crate::ids::{HandleId, NodeId};
