@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{agx_bin, Mounted};
+use common::{agx_bin, output_of, Mounted};
 use hist::{ok, stderr, stdout, user_error};
 
 fn json(o: Output, what: &str) -> serde_json::Value {
@@ -27,21 +27,6 @@ fn stand_in(dir: &Path, name: &str) -> PathBuf {
     let p = bin.join(name);
     std::fs::copy("/bin/sh", &p).unwrap();
     p
-}
-
-/// Runs `cmd`, again while it fails with ETXTBSY: a program just written can be busy for
-/// a moment when another test thread forked while its descriptor was open for writing
-/// (the child holds it until its exec closes it).
-fn output_of(cmd: &mut Command) -> std::process::Output {
-    for _ in 0..100 {
-        match cmd.output() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            r => return r.unwrap(),
-        }
-    }
-    panic!("{cmd:?} stayed busy")
 }
 
 /// Waits up to 20 s for `cond`.

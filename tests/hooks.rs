@@ -36,13 +36,13 @@ fn stand_in(dir: &Path, name: &str) -> PathBuf {
 
 /// Runs `script` with the stand-in agent `agent`, in `cwd`; its output.
 fn run_agent(agent: &Path, script: &str, cwd: &Path) -> Output {
-    let out = Command::new(agent)
-        .arg("-c")
-        .arg(script)
-        .current_dir(cwd)
-        .env("AGX", agx_bin())
-        .output()
-        .unwrap();
+    let out = common::output_of(
+        Command::new(agent)
+            .arg("-c")
+            .arg(script)
+            .current_dir(cwd)
+            .env("AGX", agx_bin()),
+    );
     assert!(
         out.status.success(),
         "agent script failed: {}{}",

@@ -41,6 +41,21 @@ pub fn sh(dir: &Path, script: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs `cmd`, again while it fails with ETXTBSY: a program a test just wrote (a stand-in
+/// agent copied from /bin/sh) can be busy for a moment when another test thread forked
+/// while its descriptor was open for writing (the child holds it until its exec).
+pub fn output_of(cmd: &mut Command) -> Output {
+    for _ in 0..100 {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            r => return r.expect("running a program"),
+        }
+    }
+    panic!("{cmd:?} stayed busy")
+}
+
 /// A project directory mounted in place (or at a separate mountpoint) by agx.
 pub struct Mounted {
     pub tmp: tempfile::TempDir,
