@@ -334,9 +334,18 @@ impl Policy {
             }
         }
         if self.has_dirs.load(Ordering::Acquire) {
-            let mut dirs = self.dirs.write().unwrap_or_else(|e| e.into_inner());
-            for p in std::iter::once(&e.path).chain(e.to_path.as_ref()) {
-                for a in std::iter::once(Vec::new()).chain(ancestors(p)) {
+            // Most events change no answer: look under the read lock first.
+            let stale: Vec<Vec<u8>> = {
+                let dirs = self.dirs.read().unwrap_or_else(|e| e.into_inner());
+                std::iter::once(&e.path)
+                    .chain(e.to_path.as_ref())
+                    .flat_map(|p| std::iter::once(Vec::new()).chain(ancestors(p)))
+                    .filter(|a| dirs.get(a).is_some_and(|d| !d.below))
+                    .collect()
+            };
+            if !stale.is_empty() {
+                let mut dirs = self.dirs.write().unwrap_or_else(|e| e.into_inner());
+                for a in stale {
                     if let Some(d) = dirs.get_mut(&a) {
                         d.below = true;
                     }

@@ -350,6 +350,9 @@ impl Recorder {
             actor,
             note,
         };
+        // In `recent` before the policy takes note: a cached answer computed meanwhile
+        // then sees it (see `policy.rs`).
+        self.shared.recent.add(&event);
         if self.policy.note(&event) {
             self.ignore.reset();
         }
@@ -363,9 +366,9 @@ impl Recorder {
         };
         if let Err(e) = self.journal_append(&rec) {
             self.remove_staged(&ticket);
+            self.shared.recent.remove(&ticket.event);
             return Err(enospc_or_eio(&e));
         }
-        self.shared.recent.add(&ticket.event);
         Ok(ticket)
     }
 
