@@ -36,6 +36,9 @@ const NOTE: &str = "changed while agx did not record it (unmounted, bypassing th
 enum Expected {
     /// The timeline does not know the path (or cannot tell).
     Unknown,
+    /// A change of the path, or of which object a directory above it names, is not in
+    /// the database yet (the worker writes in batches): look again later.
+    Pending,
     Absent,
     State(ObjState),
 }
@@ -113,9 +116,23 @@ impl Recorder {
         for _ in 0..32 {
             let mut anc = ancestors(&p);
             anc.retain(|a| !a.is_empty());
+            // The database lags the changes begun (by hundreds of events under load):
+            // an answer from it about a path with a change on its way would be stale.
+            let recent = &self.shared.recent;
+            if recent.contains(&p) || anc.iter().any(|a| recent.contains(a)) {
+                return Ok(Expected::Pending);
+            }
             let Some(e) = tl.last_touching(&p, &anc, upto)? else {
                 return Ok(Expected::Unknown);
             };
+            log::debug!(
+                "outside check of {}: event {} {:?} {} -> {:?}",
+                String::from_utf8_lossy(&p),
+                e.seq,
+                e.op,
+                e.path_str(),
+                e.to_path_str()
+            );
             if e.path == p || e.to_path.as_deref() == Some(p.as_slice()) {
                 let mut left = left_at(&e, &p);
                 // A change of metadata read before the content it kept was hashed knows
@@ -213,8 +230,10 @@ impl Recorder {
             return Ok(Some(false));
         }
         let expected = self.expected(path)?;
-        if matches!(expected, Expected::Unknown) {
-            return Ok(Some(false));
+        match expected {
+            Expected::Unknown => return Ok(Some(false)),
+            Expected::Pending => return Ok(None),
+            _ => {}
         }
         let live = live::stat_checked(&self.shared.root, path)
             .map_err(|e| CaptureError::io("looking at the tree")(e.into()))?;
@@ -222,7 +241,9 @@ impl Recorder {
             return Ok(None);
         }
         let (before, removed, made) = match (&expected, &live) {
-            (Expected::Absent, None) | (Expected::Unknown, _) => return Ok(Some(false)),
+            (Expected::Absent, None) | (Expected::Unknown | Expected::Pending, _) => {
+                return Ok(Some(false))
+            }
             (Expected::Absent, Some(_)) => (None, false, true),
             (Expected::State(s), None) => (Some(s.clone()), true, false),
             (Expected::State(s), Some(l)) => match same(s, l) {
@@ -287,6 +308,7 @@ impl Recorder {
             })
         };
         let before_kind = before.as_ref().map(|b| b.kind);
+        let live_kind = live.as_ref().map(|l| l.kind);
         match (before, live) {
             (Some(b), Some(l)) if !removed && !made => {
                 let op = if l.kind == Kind::File {
@@ -317,8 +339,14 @@ impl Recorder {
             }
         }
         log::info!(
-            "{}: changed outside agx; recorded",
-            String::from_utf8_lossy(path)
+            "{}: changed outside agx; recorded (expected {}, live {})",
+            String::from_utf8_lossy(path),
+            match &expected {
+                Expected::Absent => "absent".to_string(),
+                Expected::Unknown | Expected::Pending => "unknown".to_string(),
+                Expected::State(s) => format!("{:?}", s.kind),
+            },
+            live_kind.map_or("absent".to_string(), |k| format!("{k:?}"))
         );
         Ok(Some(true))
     }

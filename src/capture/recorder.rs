@@ -104,6 +104,8 @@ pub struct Recorder {
     pub(super) ended: AtomicU64,
     /// See [`Recorder::tree_epoch`].
     pub(super) epoch: AtomicU64,
+    /// The last event a command may have named a point after (see `may_fold`).
+    fence: AtomicI64,
     /// History the database lost: (its last event, the last one recorded), until a
     /// person accepts the loss (see `head.rs`).
     pub(super) lost: Mutex<Option<(i64, i64)>>,
@@ -211,6 +213,7 @@ impl Recorder {
             lost: Mutex::new(lost),
             ended: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
+            fence: AtomicI64::new(next),
             checked: Mutex::default(),
             tx,
             worker: Mutex::new(Some(worker)),
@@ -500,6 +503,16 @@ impl Recorder {
             settle();
         }
         self.flush_queue();
+        // A command may name this point now: what happened up to it is settled.
+        self.fence.fetch_max(self.last_seq().0, Ordering::SeqCst);
+    }
+
+    /// Whether a metadata change may still fold into the creation recorded as event
+    /// `seq` (see `fs::record::CREATION_WINDOW`): not once a command may have named a
+    /// point after it (a checkpoint between the creation and the change must see the
+    /// change undone by a restore to it, so it needs an event of its own).
+    pub fn may_fold(&self, seq: Seq) -> bool {
+        seq.0 > self.fence.load(Ordering::SeqCst)
     }
 
     /// Waits until every committed event is in the timeline. For the request path, which

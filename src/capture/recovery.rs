@@ -257,7 +257,7 @@ pub(super) fn recover(
             "recovered {} event(s) an interrupted run had not recorded",
             recovered.len()
         );
-        timeline.insert(recovered.iter().map(|f| &f.event))?;
+        super::worker::insert_with_room(shared, timeline, &recovered)?;
     }
     // Their before-images are stored and the events recorded: the staged copies can go.
     for f in recovered.iter().chain(&dropped) {

@@ -329,7 +329,7 @@ fn next_job(
 const RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Inserts `batch`; on a full disk gives back agx's reserved room and tries once more.
-fn insert_with_room(
+pub(super) fn insert_with_room(
     shared: &Shared,
     timeline: &mut Timeline,
     batch: &[Finished],

@@ -351,8 +351,34 @@ impl AgxFs {
             Before::Meta(src.as_fd()),
             Some(target),
         )?;
+        // RENAME_WHITEOUT leaves a whiteout (a 0:0 character device) at the source: a
+        // creation of its own, begun with the move (both happen at once).
+        let whiteout = if rflags.contains(RenameFlags::WHITEOUT) {
+            let begun = self.child_path(&p, name).and_then(|path| {
+                self.record(
+                    caller.pid,
+                    Op::Mknod,
+                    path,
+                    false,
+                    None,
+                    Before::Absent,
+                    None,
+                )
+            });
+            match begun {
+                Ok(w) => w,
+                Err(e) => {
+                    // Neither is made.
+                    self.finish(t, &Err::<(), _>(e), || After::Absent);
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
         let r = rustix::fs::renameat_with(&*pfd, name, &*npfd, new_name, rflags).or_errno();
         self.finish(t, &r, || self.after_at(&np, new_name));
+        self.finish(whiteout, &r, || self.after_at(&p, name));
         r?;
         // Keep the names of the moved objects exact.
         if let Some(n) = self.known(&src) {

@@ -187,6 +187,7 @@ impl AgxFs {
     /// Whether a metadata change of `node` by `pid` belongs to the node's creation.
     pub(super) fn part_of_creation(&self, node: &Node, pid: u32) -> bool {
         node.created_by(pid, CREATION_WINDOW)
+            && node.creation().is_none_or(|s| self.rec.may_fold(s))
     }
 
     /// The state now at `parent/name`, for `After`.

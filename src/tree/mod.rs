@@ -8,7 +8,7 @@
 pub mod state;
 
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{Mode, OFlags, ResolveFlags, Stat};
 
@@ -20,12 +20,25 @@ pub use crate::sys::path::{os, split};
 
 /// Opens `rel` beneath `root` (the root itself for "").
 pub fn open_beneath(root: impl AsFd, rel: &[u8], flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    open_beneath_fd(root.as_fd(), rel, flags)
+}
+
+fn open_beneath_fd(root: BorrowedFd<'_>, rel: &[u8], flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    // A path longer than the kernel takes at once (PATH_MAX) is opened a part at a time,
+    // each part beneath the directory the one before opened, with the same rules.
+    if rel.len() > PART {
+        let cut = rel[..PART]
+            .iter()
+            .rposition(|c| *c == b'/')
+            .ok_or(rustix::io::Errno::NAMETOOLONG)?;
+        let dir = open_beneath_fd(root, &rel[..cut], OFlags::PATH | OFlags::DIRECTORY)?;
+        return open_beneath_fd(dir.as_fd(), &rel[cut + 1..], flags);
+    }
     let path: &OsStr = if rel.is_empty() {
         OsStr::new(".")
     } else {
         os(rel)
     };
-    let root = root.as_fd();
     let open = |extra: OFlags| {
         // In the daemon, an EMFILE has the mount release idle descriptors first.
         crate::sys::fd::retry(|| {
@@ -47,6 +60,9 @@ pub fn open_beneath(root: impl AsFd, rel: &[u8], flags: OFlags) -> rustix::io::R
         open(OFlags::empty())
     }
 }
+
+/// The longest part of a path opened at once: well under PATH_MAX (4096).
+const PART: usize = 3072;
 
 /// A live object.
 #[derive(Debug)]

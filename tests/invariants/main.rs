@@ -6,9 +6,12 @@
 mod common;
 #[path = "../hist/mod.rs"]
 mod hist;
+#[path = "../util/mod.rs"]
+mod util;
 
 mod concurrent;
 mod fileattr;
+mod found;
 mod fsimage;
 mod fulldisk;
 mod hardlinks;
