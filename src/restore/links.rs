@@ -102,18 +102,20 @@ impl History {
     }
 }
 
-/// Live names, not among `cand`, of the files the events recorded that no event touched
-/// since the point: they were names of those files at the point too. `.agx` and git's
+/// Live names, not among `cand`, of the files the events recorded (or of the live files
+/// `also` names) that no event touched since the point: they were names of those files at
+/// the point too. `.agx` and git's
 /// object store are not searched.
 pub fn other_names(
     root: &OwnedFd,
     model: &Model,
     history: &History,
+    also: &std::collections::HashSet<InodeId>,
     cand: &BTreeSet<Vec<u8>>,
 ) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut found = |path: &[u8], id: InodeId| {
-        if history.by_inode.contains_key(&id)
+        if (history.by_inode.contains_key(&id) || also.contains(&id))
             && !cand.contains(path)
             && model.lookup(path) == Entry::Node(Node::live(path))
         {

@@ -306,34 +306,66 @@ impl Plan {
             }
         }
         cand.extend(extra);
-        if history.linked() {
-            let others = links::other_names(root, model, history, &cand);
-            cand.extend(others);
-        }
 
         let store_at_point =
             resolve(root, model.lookup(b".git/objects")).is_some_and(|w| w.kind == Kind::Dir);
-        let mut steps = Steps::new(root, max_size);
-        // Files by their inode at the point. (Paths only: a descriptor per file would run
-        // out on big restores.)
-        let mut groups: BTreeMap<InodeId, Vec<(Vec<u8>, Want)>> = BTreeMap::new();
-        for c in cand {
+        // What each path should be. (Not what it is: a descriptor per path would run out
+        // on big restores; that is looked at again below.)
+        let mut items: Vec<(Vec<u8>, Option<Want>)> = Vec::new();
+        let look = |c: Vec<u8>, items: &mut Vec<_>| -> Result<(), RestoreError> {
             if c.is_empty() || !under_any(&c, only) || is_agx(&c) {
-                continue;
+                return Ok(());
             }
             let failed = |e| RestoreError::Other(format!("{}: {e}", String::from_utf8_lossy(&c)));
             let want = state.want(root, &c).map_err(failed)?;
             let have = live::stat_checked(root, &c).map_err(failed)?;
             if is_git_objects(&c) && !git_objects_step(want.as_ref(), have.as_ref(), store_at_point)
             {
-                continue;
+                return Ok(());
             }
+            drop(have);
+            items.push((c, want));
+            Ok(())
+        };
+        for c in cand.iter().cloned() {
+            look(c, &mut items)?;
+        }
+        // Names no event touched that were links of a file the plan handles: of a file a
+        // recorded state showed with several links, or of a live file (moved since the
+        // point) that has several now. Found by one walk of the tree, only when needed.
+        let live_linked: std::collections::HashSet<InodeId> = items
+            .iter()
+            .filter_map(|(_, w)| {
+                let w = w.as_ref()?;
+                let Some(Content::Live(src)) = &w.content else {
+                    return None;
+                };
+                let id = w.inode?;
+                live::stat(root, src)
+                    .filter(|o| o.stat.st_nlink > 1)
+                    .map(|_| id)
+            })
+            .collect();
+        if history.linked() || !live_linked.is_empty() {
+            for c in links::other_names(root, model, history, &live_linked, &cand) {
+                look(c, &mut items)?;
+            }
+        }
+
+        let mut steps = Steps::new(root, max_size);
+        // Files by their inode at the point. (Paths only: a descriptor per file would run
+        // out on big restores.)
+        let mut groups: BTreeMap<InodeId, Vec<(Vec<u8>, Want)>> = BTreeMap::new();
+        for (c, want) in items {
             match want {
                 Some(w) if w.inode.is_some() => {
                     let id = w.inode.expect("checked");
                     groups.entry(id).or_default().push((c, w));
                 }
                 w => {
+                    let failed =
+                        |e| RestoreError::Other(format!("{}: {e}", String::from_utf8_lossy(&c)));
+                    let have = live::stat_checked(root, &c).map_err(failed)?;
                     steps.path(&c, w, have, false);
                 }
             }

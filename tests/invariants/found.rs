@@ -115,3 +115,21 @@ fn a_lookup_right_after_a_directory_move_sees_no_outside_change() {
         .collect();
     assert!(outside.is_empty(), "false outside changes: {outside:?}");
 }
+
+/// A file with two names whose directory moves away: a restore moves it back as the same
+/// file (a link of the name that stayed), not a copy.
+#[test]
+fn a_moved_directory_of_a_linked_file_comes_back_linked() {
+    let m = Mounted::new();
+    sh(m.path(), "mkdir D E && echo x > D/a && ln D/a E/b");
+    hist::ok(m.agx(["checkpoint", "c"]), "checkpoint");
+    sh(m.path(), "mv D/a E/b; mv D F");
+    hist::restore(&m, "c", &[]);
+    let (a, b) = (
+        std::fs::metadata(m.p("D/a")).unwrap(),
+        std::fs::metadata(m.p("E/b")).unwrap(),
+    );
+    assert_eq!(a.ino(), b.ino(), "D/a and E/b are one file again");
+    assert_eq!(a.nlink(), 2);
+    assert!(!m.p("F").exists());
+}
