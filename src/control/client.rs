@@ -1,6 +1,6 @@
 //! The CLI side of the control socket.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
@@ -12,12 +12,11 @@ pub fn call(
     req: &Request,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<serde_json::Value, String> {
-    let mut s = UnixStream::connect(socket)
+    let s = UnixStream::connect(socket)
         .map_err(|e| format!("cannot reach the agx daemon at {}: {e}", socket.display()))?;
     let mut line = serde_json::to_vec(req).map_err(|e| e.to_string())?;
     line.push(b'\n');
-    s.write_all(&line)
-        .map_err(|e| format!("talking to the daemon: {e}"))?;
+    send_all(&s, &line).map_err(|e| format!("talking to the daemon: {e}"))?;
     let mut r = BufReader::new(s);
     loop {
         let mut l = String::new();
@@ -38,4 +37,18 @@ pub fn call(
         }
         return Err(reply.error.unwrap_or_else(|| "the daemon failed".into()));
     }
+}
+
+/// Writes all of `buf` without SIGPIPE (MSG_NOSIGNAL): the CLI runs with SIGPIPE's default
+/// action (so `agx log | head` ends quietly), and a daemon that closed the connection
+/// early must be an error here, not a silent death.
+fn send_all(s: &UnixStream, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        let n = rustix::net::send(s, buf, rustix::net::SendFlags::NOSIGNAL)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        buf = &buf[n..];
+    }
+    Ok(())
 }
