@@ -18,12 +18,19 @@ impl NodeId {
     pub const AGX_DIR: NodeId = NodeId(Self::RESERVED_START);
     /// `.agx/at`, the directory of views (see `crate::views`).
     pub const AT_DIR: NodeId = NodeId(Self::RESERVED_START + 1);
+    /// `.agx/branches`, the directory of branches (see `crate::branches`).
+    pub const BRANCHES_DIR: NodeId = NodeId(Self::RESERVED_START + 2);
     /// First id of the objects inside views. Remapped inode numbers are allocated upward
     /// from just above the virtual ids and would need 2^47 allocations to get here.
     pub const VIEW_START: u64 = Self::RESERVED_START + (1 << 47);
 
     /// Whether this is `.agx/at` or an object inside a view: read-only, served by
     /// `crate::views`.
+    /// `.agx` or `.agx/branches`: virtual, read-only directories of the front itself.
+    pub fn is_virtual_dir(self) -> bool {
+        self == Self::AGX_DIR || self == Self::BRANCHES_DIR
+    }
+
     pub fn is_view(self) -> bool {
         self == Self::AT_DIR || self.0 >= Self::VIEW_START
     }
@@ -111,6 +118,19 @@ impl From<SessionId> for String {
 }
 
 impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A branch: the rowid of its entry in the timeline's `branches` table. Its layer lives in
+/// `.agx/layers/<id>/`.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct BranchId(pub i64);
+
+impl fmt::Display for BranchId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
     }

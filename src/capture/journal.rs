@@ -242,6 +242,7 @@ mod tests {
                 session: None,
                 tool_call: None,
                 note: None,
+                branch: None,
             }),
             staged: None,
             target_staged: None,

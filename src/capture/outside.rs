@@ -274,8 +274,7 @@ impl Recorder {
             pid: 0,
             process: OUTSIDE.into(),
             exe: String::new(),
-            session: None,
-            tool_call: None,
+            ..Default::default()
         };
         let record = |op: Op, b: Before<'_>, after: After| -> Result<(), CaptureError> {
             let t = self

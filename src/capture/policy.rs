@@ -63,7 +63,12 @@ impl Recent {
         self.moved.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Counts `e`'s paths up or down. Only the main tree's events count: the set is
+    /// about the main tree's paths (a branch's are relative to the branch).
     fn update(&self, e: &Event, up: bool) {
+        if e.branch.is_some() {
+            return;
+        }
         {
             let mut m = self.map();
             count(&mut m, &e.path, up);
@@ -300,6 +305,9 @@ impl Policy {
     /// file's author, move directories (and the ignore files in them) or change git's
     /// index. Returns whether the ignore rules must be reloaded.
     pub fn note(&self, e: &Event) -> bool {
+        if e.branch.is_some() {
+            return false;
+        }
         let dir_moved = moves_a_dir(e);
         let names_rules = |p: &[u8]| super::ignore::is_ignore_file(basename(p));
         let rules =

@@ -57,6 +57,8 @@ pub(super) struct Shared {
     pub(super) open: Mutex<HashMap<InodeKey, OpenEvents>>,
     proc_fd: OwnedFd,
     pub root: OwnedFd,
+    /// The project's `.agx` directory (branches' trees are in it).
+    pub agx: OwnedFd,
     /// Files larger than this are hashed, never stored.
     pub(super) max_size: u64,
     /// Queued jobs that hold a descriptor.
@@ -100,7 +102,10 @@ impl Shared {
 pub struct Recorder {
     pub(super) shared: Arc<Shared>,
     pub(super) next_seq: AtomicI64,
-    /// Changes committed or cancelled so far (see `changes`).
+    /// The last change of the main tree begun, and how many of them were committed or
+    /// cancelled so far (see `changes`). Changes made in branches do not count: nothing
+    /// of the main tree's state depends on them.
+    main_begun: AtomicI64,
     pub(super) ended: AtomicU64,
     /// See [`Recorder::tree_epoch`].
     pub(super) epoch: AtomicU64,
@@ -169,6 +174,7 @@ impl Recorder {
             open: Mutex::new(HashMap::new()),
             proc_fd,
             root,
+            agx: rustix::io::dup(agx).map_err(|e| super::CaptureError::io(".agx")(e.into()))?,
             max_size: cfg.max_size,
             slots: super::slots::Slots::for_limit(crate::sys::fd::nofile_limit()),
             linked: Default::default(),
@@ -211,6 +217,7 @@ impl Recorder {
             shared,
             next_seq: AtomicI64::new(next + 1),
             lost: Mutex::new(lost),
+            main_begun: AtomicI64::new(next),
             ended: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             fence: AtomicI64::new(next),
@@ -235,11 +242,12 @@ impl Recorder {
         Seq(self.next_seq.load(Ordering::Relaxed) - 1)
     }
 
-    /// The last change begun and how many changes have ended (committed or cancelled):
-    /// equal values mean the timeline has not changed since, once flushed.
+    /// The last change of the main tree begun and how many of them have ended (committed
+    /// or cancelled): equal values mean the main tree's timeline has not changed since,
+    /// once flushed. A change is counted as begun before it reaches the disk.
     pub fn changes(&self) -> (Seq, u64) {
         let ended = self.ended.load(Ordering::SeqCst);
-        (self.last_seq(), ended)
+        (Seq(self.main_begun.load(Ordering::SeqCst)), ended)
     }
 
     /// Changes recorded in the journal that the timeline database could not take yet (a
@@ -284,6 +292,9 @@ impl Recorder {
             self.epoch.fetch_add(1, Ordering::SeqCst);
         }
         let seq = Seq(self.next_seq.fetch_add(1, Ordering::Relaxed));
+        if actor.branch.is_none() {
+            self.main_begun.fetch_max(seq.0, Ordering::SeqCst);
+        }
         self.shared.inflight.fetch_add(1, Ordering::SeqCst);
         let slot = match &before {
             Before::Content(fd) => self.enter(*fd),
@@ -350,6 +361,7 @@ impl Recorder {
             captured,
             session: actor.session.clone(),
             tool_call: actor.tool_call,
+            branch: actor.branch,
             actor,
             note,
         };
@@ -417,7 +429,9 @@ impl Recorder {
 
     /// Finishes an event with the state after the mutation.
     pub fn commit(&self, mut t: Ticket, after: After) {
-        self.note_rules(&t.event);
+        if t.event.branch.is_none() {
+            self.note_rules(&t.event);
+        }
         let known_after = match &after {
             After::State(s) => Some(s.clone()),
             After::Absent => Some(ObjState::absent()),
@@ -459,10 +473,13 @@ impl Recorder {
         if holds_fd {
             self.shared.slots.acquire();
         }
+        let main = t.event.branch.is_none();
         if self.tx.send(Job::Commit(Box::new(t), after)).is_err() && holds_fd {
             self.shared.slots.release();
         }
-        self.ended.fetch_add(1, Ordering::SeqCst);
+        if main {
+            self.ended.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     /// Abandons an event whose mutation failed.
@@ -472,7 +489,9 @@ impl Recorder {
         let _ = self.journal_append(&Record::Cancel { seq: t.event.seq.0 });
         self.remove_staged(&t);
         self.shared.inflight.fetch_sub(1, Ordering::SeqCst);
-        self.ended.fetch_add(1, Ordering::SeqCst);
+        if t.event.branch.is_none() {
+            self.ended.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     /// A metadata change folded into the creation recorded as event `seq` (the creator

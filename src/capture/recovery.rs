@@ -12,7 +12,7 @@ use super::recorder::Shared;
 use super::ticket::{After, Ticket};
 use super::worker::{finish, ingest_staged, is_noop};
 use super::CaptureError;
-use crate::ids::Seq;
+use crate::ids::{BranchId, Seq};
 use crate::timeline::{Event, Kind, ObjState, Op, Timeline};
 use crate::tree::state::{stamp_of, Stamp};
 
@@ -36,8 +36,8 @@ fn same_state(a: &ObjState, b: &ObjState) -> bool {
 }
 
 /// The object now at `path`, without its content.
-fn live_state(shared: &Shared, path: &[u8]) -> ObjState {
-    match open_path(shared, path) {
+fn live_state(shared: &Shared, branch: Option<BranchId>, path: &[u8]) -> ObjState {
+    match open_path(shared, branch, path) {
         Some(fd) => match rustix::fs::fstat(&fd) {
             Ok(st) => ObjState {
                 kind: crate::tree::state::kind_of(&st),
@@ -53,8 +53,8 @@ fn live_state(shared: &Shared, path: &[u8]) -> ObjState {
 /// Whether the object now at `path` looks like the one `s` describes: kind, mode, owner,
 /// and for a file its size and modification time, for a symlink its target. (A
 /// directory's own size and times change with its entries, so they do not count.)
-fn still_there(shared: &Shared, path: &[u8], s: &ObjState) -> bool {
-    let live = live_state(shared, path);
+fn still_there(shared: &Shared, e: &Event, s: &ObjState) -> bool {
+    let live = live_state(shared, e.branch, &e.path);
     let key = |o: &ObjState| {
         o.meta.as_ref().map(|m| {
             let file = o.kind == Kind::File;
@@ -80,7 +80,7 @@ fn ran(shared: &Shared, e: &Event) -> bool {
             e.to_path
                 .as_deref()
                 .is_some_and(|to| to != e.path.as_slice())
-                && !still_there(shared, &e.path, &e.before)
+                && !still_there(shared, e, &e.before)
         }
         Op::Exchange => {
             let target = e.target_before.clone().unwrap_or_else(ObjState::absent);
@@ -90,21 +90,29 @@ fn ran(shared: &Shared, e: &Event) -> bool {
             };
             // Two alike objects: whether they swapped cannot be told; assume they did.
             same_state(&unhashed(&e.before), &unhashed(&target))
-                || !still_there(shared, &e.path, &e.before)
+                || !still_there(shared, e, &e.before)
         }
         _ => !same_state(&e.before, &e.after),
     }
 }
 
-fn open_path(shared: &Shared, path: &[u8]) -> Option<OwnedFd> {
-    use std::os::unix::ffi::OsStrExt;
-    rustix::fs::openat(
-        &shared.root,
-        std::ffi::OsStr::from_bytes(path),
-        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()
+/// The object at `path` of the main tree or of a branch's tree.
+fn open_path(shared: &Shared, branch: Option<BranchId>, path: &[u8]) -> Option<OwnedFd> {
+    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let branch_root;
+    let root = match branch {
+        None => &shared.root,
+        Some(b) => {
+            let tree = crate::sys::path::layer_tree(b.0);
+            branch_root =
+                rustix::fs::openat(&shared.agx, tree.as_str(), flags, Mode::empty()).ok()?;
+            &branch_root
+        }
+    };
+    if path.is_empty() {
+        return rustix::io::dup(root).ok();
+    }
+    rustix::fs::openat(root, crate::sys::path::os(path), flags, Mode::empty()).ok()
 }
 
 /// The state after `e` read from the live tree, with the stamp of a file found there.
@@ -113,7 +121,7 @@ fn live_after(shared: &Shared, e: &Event) -> (After, Option<Stamp>) {
         Op::Rename => e.to_path.as_deref().unwrap_or(&e.path),
         _ => &e.path,
     };
-    let Some(fd) = open_path(shared, path) else {
+    let Some(fd) = open_path(shared, e.branch, path) else {
         return (After::Absent, None);
     };
     match rustix::fs::fstat(&fd) {

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
+mod branches;
 mod history;
 mod hooks;
 mod keep;
@@ -158,6 +159,9 @@ pub enum Cmd {
     /// Mark the current point with a name (O(1): nothing is copied or scanned); `list`
     /// and `delete` manage checkpoints.
     Checkpoint(keep::CheckpointArgs),
+    /// Branches: writable copy-on-write views of the project under .agx/branches/NAME/.
+    #[command(subcommand)]
+    Branch(branches::BranchCmd),
     /// Keep the point REF restorable in full whatever gc does (alone: list the pins).
     Pin {
         #[arg(value_name = "REF")]
@@ -323,6 +327,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Checkpoint(args) => {
             crate::logging::init(log::LevelFilter::Warn);
             keep::checkpoint(&project_dir(cli.dir.as_deref()), args, cli.json)
+        }
+        Cmd::Branch(cmd) => {
+            crate::logging::init(log::LevelFilter::Warn);
+            branches::branch(&project_dir(cli.dir.as_deref()), cmd, cli.json)
         }
         Cmd::Pin { at } => {
             crate::logging::init(log::LevelFilter::Warn);

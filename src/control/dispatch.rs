@@ -122,6 +122,15 @@ pub fn handle(
         Request::Gc { keep, dry_run } => {
             json(engine.gc(keep.as_deref(), dry_run, caller).map_err(e)?)
         }
+        Request::BranchCreate { name, from } => json(
+            engine
+                .branch_create(&name, from.as_deref(), caller)
+                .map_err(e)?,
+        ),
+        Request::BranchList { all } => json(engine.branch_list(all).map_err(e)?),
+        Request::BranchShow { name } => json(engine.branch_show(&name).map_err(e)?),
+        Request::BranchRename { old, new } => json(engine.branch_rename(&old, &new).map_err(e)?),
+        Request::BranchDelete { name } => json(engine.branch_delete(&name, caller).map_err(e)?),
         Request::Unmount { lazy } => {
             engine.refuse_to_agents(caller, "agx unmount").map_err(e)?;
             crate::mount::stop::unmount_requested(lazy).map_err(|x| x.to_string())?;

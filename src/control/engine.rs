@@ -131,6 +131,8 @@ pub struct Engine {
     on_restore: Mutex<Option<RestoreHook>>,
     /// Attribution of processes to sessions, shared with the FUSE front.
     pub attrib: Arc<crate::attribution::Attributor>,
+    /// The branches the daemon serves (set by the mount; unset in a local command).
+    branches: std::sync::OnceLock<Arc<crate::branches::Branches>>,
     /// Holds the project's lock (`.agx/lock`) for as long as the engine lives.
     _lock: OwnedFd,
 }
@@ -212,6 +214,7 @@ impl Engine {
             recorder: Arc::new(recorder),
             on_restore: Mutex::new(None),
             attrib: Arc::default(),
+            branches: std::sync::OnceLock::new(),
             _lock: lock,
         };
         engine.load_sessions()?;
@@ -433,6 +436,15 @@ impl Engine {
     }
 
     /// Sets what `after_restore` does with the paths (and inodes) a restore touched.
+    /// The daemon's branch set, told of every change of branches (once, by the mount).
+    pub fn set_branches(&self, b: Arc<crate::branches::Branches>) {
+        let _ = self.branches.set(b);
+    }
+
+    pub(crate) fn branches(&self) -> Option<&Arc<crate::branches::Branches>> {
+        self.branches.get()
+    }
+
     pub fn set_restore_hook(&self, hook: RestoreHook) {
         *self.on_restore.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
     }
@@ -463,8 +475,7 @@ impl Engine {
             exe: std::env::current_exe()
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
-            session: None,
-            tool_call: None,
+            ..Default::default()
         };
         let note = Some("agx mount: keeps .agx/ out of git status".to_string());
         let t = self

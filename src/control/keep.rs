@@ -102,6 +102,12 @@ fn name_problem(name: &str) -> Option<String> {
             "'{name}' cannot name a checkpoint: it is a subcommand of agx checkpoint"
         ));
     }
+    name_rules(name, "a checkpoint")
+}
+
+/// Why `name` cannot name `what` (a checkpoint, a branch) by the rules every name of a
+/// point or tree follows, if it cannot: it must not read as any other REF.
+pub(super) fn name_rules(name: &str, what: &str) -> Option<String> {
     if refs::valid_name(name) {
         return None;
     }
@@ -122,7 +128,7 @@ fn name_problem(name: &str) -> Option<String> {
     } else {
         "it reads as another REF (now, a time like 10m or 2026-01-01, event:N, cp:ID, session:ID)"
     };
-    Some(format!("'{name}' cannot name a checkpoint: {why}"))
+    Some(format!("'{name}' cannot name {what}: {why}"))
 }
 
 /// Records an automatic checkpoint at `at` (session start and end, before a tool call):

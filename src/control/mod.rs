@@ -6,6 +6,7 @@
 //! through its own mount).
 
 pub mod blame;
+pub mod branches;
 pub mod client;
 pub mod dispatch;
 pub mod engine;

@@ -101,6 +101,28 @@ pub enum Request {
         keep: Option<String>,
         dry_run: bool,
     },
+    #[serde(rename = "branch-create")]
+    BranchCreate {
+        name: String,
+        from: Option<String>,
+    },
+    #[serde(rename = "branch-list")]
+    BranchList {
+        all: bool,
+    },
+    #[serde(rename = "branch-show")]
+    BranchShow {
+        name: String,
+    },
+    #[serde(rename = "branch-rename")]
+    BranchRename {
+        old: String,
+        new: String,
+    },
+    #[serde(rename = "branch-delete")]
+    BranchDelete {
+        name: String,
+    },
     /// `agx unmount`: the daemon checks the caller (refused to agent sessions, as gc) and
     /// unmounts itself, so it knows the stop was asked for (`mount::stop`).
     Unmount {

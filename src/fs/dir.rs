@@ -20,11 +20,11 @@ use crate::ids::{HandleId, NodeId};
 const GETDENTS_BUF: usize = 32 << 10;
 
 /// One entry as given to the kernel. `off` is where the listing continues after it.
-struct Entry {
-    name: OsString,
-    ino: u64,
-    kind: FileType,
-    off: u64,
+pub(super) struct Entry {
+    pub name: OsString,
+    pub ino: u64,
+    pub kind: FileType,
+    pub off: u64,
 }
 
 fn kind_of(t: rustix::fs::FileType) -> Option<FileType> {
@@ -43,7 +43,7 @@ fn kind_of(t: rustix::fs::FileType) -> Option<FileType> {
 
 impl AgxFs {
     pub(super) fn do_opendir(&self, ino: NodeId) -> Result<(HandleId, FopenFlags), Errno> {
-        let (node, file) = if ino == NodeId::AGX_DIR {
+        let (node, file) = if ino.is_virtual_dir() {
             (self.root(), None)
         } else {
             let node = self.node(ino)?;
@@ -52,6 +52,7 @@ impl AgxFs {
         };
         let fh = self.handles.insert(Handle::Dir(DirHandle {
             node,
+            virt: ino.is_virtual_dir().then_some(ino),
             file,
             cursor: Mutex::new(()),
         }));
@@ -62,6 +63,8 @@ impl AgxFs {
     }
 
     /// The virtual `.agx` directory: `.`, `..` and `at` (the views) at offsets 1 to 3.
+    /// `branches` is not listed (reachable by name only): tools that walk the project would
+    /// otherwise descend into every branch.
     fn agx_dir_entries(
         &self,
         offset: u64,
@@ -97,9 +100,13 @@ impl AgxFs {
         mut add: impl FnMut(Entry) -> bool,
     ) -> Result<(), Errno> {
         let Some(file) = &h.file else {
+            if h.virt == Some(NodeId::BRANCHES_DIR) {
+                return self.branch_entries(offset, &mut add);
+            }
             return self.agx_dir_entries(offset, &mut add);
         };
-        let is_root = h.node.id == NodeId::ROOT;
+        // The main tree's root, where the physical `.agx` is.
+        let is_root = h.node.id == NodeId::ROOT && h.node.tree.is_none();
         let _cursor = h.cursor.lock().unwrap_or_else(|e| e.into_inner());
         rustix::fs::seek(file, SeekFrom::Start(offset)).or_errno()?;
         let mut buf: Vec<u8> = Vec::with_capacity(GETDENTS_BUF);
@@ -191,11 +198,16 @@ impl AgxFs {
                 let a = self.at_dir_attr();
                 return reply.add(a.ino, e.off, &e.name, &super::views::VIEW_TTL, &a, gen);
             }
-            if e.ino == NodeId::AGX_DIR.0 && d.node.id == NodeId::ROOT {
+            if e.ino == NodeId::AGX_DIR.0 && d.file.is_some() && d.node.id == NodeId::ROOT {
                 let a = self.agx_dir_attr();
                 return reply.add(a.ino, e.off, &e.name, &ttl, &a, gen);
             }
-            let Ok((node, st)) = self.lookup_known(&d.node, &e.name) else {
+            let found = if d.virt == Some(NodeId::BRANCHES_DIR) {
+                self.lookup_branch_root(&e.name)
+            } else {
+                self.lookup_known(&d.node, &e.name)
+            };
+            let Ok((node, st)) = found else {
                 // Gone meanwhile.
                 return false;
             };

@@ -43,7 +43,7 @@ pub struct Caller {
 impl AgxFs {
     /// A parent directory that accepts changes, and the node behind it.
     pub(super) fn writable_parent(&self, parent: NodeId, name: &OsStr) -> Result<Arc<Node>, Errno> {
-        if parent == NodeId::AGX_DIR || parent.is_view() || Self::is_agx(parent, name) {
+        if parent.is_virtual_dir() || parent.is_view() || self.is_reserved(parent, name) {
             return Err(Errno::EROFS);
         }
         self.node(parent)
@@ -51,9 +51,20 @@ impl AgxFs {
 
     pub(super) fn do_lookup(&self, parent: NodeId, name: &OsStr) -> Result<FileAttr, Errno> {
         if parent == NodeId::AGX_DIR {
+            if name == super::branches::BRANCHES_DIR_NAME && self.branches.is_some() {
+                return Ok(self.branches_dir_attr());
+            }
             return Err(Errno::ENOENT);
         }
-        if Self::is_agx(parent, name) {
+        if parent == NodeId::BRANCHES_DIR {
+            let (node, st) = self.lookup_branch_root(name)?;
+            return Ok(self.entry_attr(&node, &st));
+        }
+        if self.is_reserved(parent, name) {
+            // A branch's tree has no `.agx` of its own (yet): the name is only reserved.
+            if parent != NodeId::ROOT {
+                return Err(Errno::ENOENT);
+            }
             return Ok(self.agx_dir_attr());
         }
         let p = self.node(parent)?;
@@ -227,6 +238,9 @@ impl AgxFs {
         }
         let node = self.node(ino)?;
         let p = self.writable_parent(new_parent, new_name)?;
+        if node.tree != p.tree {
+            return Err(Errno::EXDEV);
+        }
         let (fd, pfd) = (self.fd(&node)?, self.fd(&p)?);
         let path = self.child_path(&p, new_name)?;
         let t = self.record(
@@ -317,6 +331,9 @@ impl AgxFs {
     ) -> Result<(), Errno> {
         let p = self.writable_parent(parent, name)?;
         let np = self.writable_parent(new_parent, new_name)?;
+        if p.tree != np.tree {
+            return Err(Errno::EXDEV);
+        }
         let (pfd, npfd) = (self.fd(&p)?, self.fd(&np)?);
         let rflags = RenameFlags::from_bits(flags).ok_or(Errno::EINVAL)?;
         let src = self.peek(&p, name)?.ok_or(Errno::ENOENT)?;

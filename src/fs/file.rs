@@ -21,6 +21,8 @@ use crate::timeline::Op;
 /// What a new handle may do.
 struct HandleOpts {
     writable: bool,
+    /// Reads go to a branch's base (see `FileHandle::base`).
+    base: Option<super::branches::BaseRead>,
     /// May be served by kernel passthrough (not for set-id files).
     passthrough: bool,
     /// Clear set-id bits at the first write, as this caller's write would.
@@ -32,6 +34,7 @@ impl HandleOpts {
     fn created() -> HandleOpts {
         HandleOpts {
             writable: true,
+            base: None,
             passthrough: true,
             kill_setid: None,
         }
@@ -93,12 +96,17 @@ impl AgxFs {
         caller: Caller,
         register: impl FnOnce(&std::os::fd::OwnedFd) -> std::io::Result<BackingId>,
     ) -> Result<Opened, Errno> {
-        if ino == NodeId::AGX_DIR {
+        if ino.is_virtual_dir() {
             return Err(Errno::EISDIR);
         }
         let node = self.node(ino)?;
         let fd = self.fd(&node)?;
         let oflags = handle_flags(flags);
+        // A branch's file still taking its content from the base gets it before it is
+        // opened for writing (and truncated).
+        if writes(oflags) {
+            self.copy_up_node(&node)?;
+        }
         // From the before-image to the truncation of an O_TRUNC open (see
         // `capture::linked`).
         let _content = if writes(oflags) {
@@ -141,9 +149,18 @@ impl AgxFs {
         if kill && oflags.contains(OFlags::TRUNC) {
             self.kill_setid(&node, caller)?;
         }
+        // A branch's file: written, it was copied up by `record` above; read, it may still
+        // be read from the base (never through passthrough: the kernel would read the
+        // branch's file, which has no content yet).
+        let base = if writes(oflags) {
+            None
+        } else {
+            self.base_reader(&node)?
+        };
         let opts = HandleOpts {
             writable: writes(oflags),
-            passthrough: !special,
+            passthrough: !special && base.is_none() && node.based() != Some(true),
+            base,
             kill_setid: kill.then_some(caller),
         };
         Ok(self.new_file_handle(node, file, opts, ticket, register))
@@ -256,6 +273,9 @@ impl AgxFs {
             }
         };
         let (node, st) = self.lookup_node(&p, name)?;
+        // An existing file of a branch still taking its content from the base: copied up
+        // (this handle reads and writes the branch's file).
+        self.copy_up_node(&node)?;
         if let Some(t) = ticket.as_ref().filter(|t| t.op() == Op::Create) {
             node.set_created(caller.pid, Some(t.seq()));
         }
@@ -323,6 +343,7 @@ impl AgxFs {
             file,
             passthrough,
             writable,
+            base: opts.base,
             ticket: std::sync::Mutex::new(ticket),
             kill_setid: std::sync::Mutex::new(kill_setid),
         }));

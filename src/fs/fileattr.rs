@@ -58,7 +58,7 @@ impl AgxFs {
                 | fsxattr::FS_IOC_FSGETXATTR
                 | fsxattr::FS_IOC_FSSETXATTR
         );
-        if !known || ino == NodeId::AGX_DIR || ino.is_view() || fh.is_view() {
+        if !known || ino.is_virtual_dir() || ino.is_view() || fh.is_view() {
             return Err(Errno::ENOTTY);
         }
         let h = self.handles.get(fh).ok_or(Errno::EBADF)?;

@@ -21,6 +21,9 @@ pub struct FileHandle {
     pub passthrough: bool,
     /// Opened for writing (counted in the node's writers).
     pub writable: bool,
+    /// A read-only open of a branch's file whose content is still the base's: reads go to
+    /// the base until the file is copied up (then `file`, the same inode, has it).
+    pub(crate) base: Option<crate::fs::branches::BaseRead>,
     /// The event recording this open (from open or create to release).
     pub ticket: Mutex<Option<Ticket>>,
     /// Opened for writing by an unprivileged caller on a set-id file: the first write
@@ -40,7 +43,9 @@ impl FileHandle {
 
 pub struct DirHandle {
     pub node: Arc<Node>,
-    /// The backing directory opened for reading; `None` for the virtual `.agx` directory.
+    /// The virtual directory listed (`.agx`, `.agx/branches`), if it is one.
+    pub virt: Option<crate::ids::NodeId>,
+    /// The backing directory opened for reading; `None` for a virtual directory.
     /// Listings are read from it at the kernel's offset on every request (offsets are the
     /// backing filesystem's own seek cookies), so the handle keeps no listing of its own.
     pub file: Option<OwnedFd>,

@@ -21,7 +21,7 @@ use fuser::{BackingId, Errno, FileType};
 use rustix::fs::{Mode, OFlags};
 
 use super::descriptors::{Budget, FdSlot};
-use crate::ids::{InodeKey, NodeId};
+use crate::ids::{BranchId, InodeKey, NodeId};
 
 /// The kernel passthrough registration shared by all open handles of one node: the kernel
 /// refuses a second, different backing file for the same inode, and refuses to mix
@@ -38,6 +38,16 @@ pub struct BackingSlot {
 pub struct Node {
     pub id: NodeId,
     pub key: InodeKey,
+    /// The tree the object is in: the main tree (None) or a branch's. Fixed: nothing moves
+    /// between trees (a rename or link across them is EXDEV).
+    pub tree: Option<BranchId>,
+    /// The root of a branch's tree (reached as `.agx/branches/NAME`).
+    pub tree_root: bool,
+    /// For an object of a branch: whether it still takes something from the base (a
+    /// directory not filled yet, a file whose content was not copied up yet; see
+    /// `crate::branches::marker`). 0 not known yet, 1 yes, 2 no (for good: nothing makes
+    /// an object based again).
+    based: std::sync::atomic::AtomicU8,
     /// `O_PATH | O_NOFOLLOW` descriptor of the backing object, when held (reach it
     /// through [`InodeTable::fd`]).
     slot: Mutex<FdSlot>,
@@ -72,11 +82,27 @@ pub struct Node {
 /// that loses every kept one is found again by a search (`AgxFs::path_of`).
 const MAX_NAMES: usize = 8;
 
+/// Where a new node belongs: its tree, and whether it is that tree's root.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TreeOf {
+    pub branch: Option<BranchId>,
+    pub root: bool,
+}
+
 impl Node {
-    fn new(id: NodeId, key: InodeKey, kind: FileType, place: (NodeId, OsString)) -> Node {
+    fn new(
+        id: NodeId,
+        key: InodeKey,
+        kind: FileType,
+        place: (NodeId, OsString),
+        tree: TreeOf,
+    ) -> Node {
         Node {
             id,
             key,
+            tree: tree.branch,
+            tree_root: tree.root,
+            based: Default::default(),
             slot: Mutex::new(FdSlot::default()),
             kind,
             lookups: AtomicU64::new(1),
@@ -110,6 +136,20 @@ impl Node {
                 .unwrap_or_else(|e| e.into_inner())
                 .id
                 .is_none()
+    }
+
+    /// Whether this object of a branch still takes something from the base (None: not
+    /// known yet).
+    pub fn based(&self) -> Option<bool> {
+        match self.based.load(Ordering::Acquire) {
+            1 => Some(true),
+            2 => Some(false),
+            _ => None,
+        }
+    }
+
+    pub fn set_based(&self, v: bool) {
+        self.based.store(if v { 1 } else { 2 }, Ordering::Release);
     }
 
     pub fn writers(&self) -> u32 {
@@ -255,13 +295,23 @@ pub struct InodeTable {
 }
 
 impl InodeTable {
-    /// A table whose root is `root_fd`, holding at most `budget` node descriptors.
-    pub fn new(root_fd: OwnedFd, root_key: InodeKey, budget: Budget) -> InodeTable {
+    /// A table whose root is `root_fd`, the root of `tree` (the main tree, or a branch's
+    /// when a branch is mounted on its own), holding at most `budget` node descriptors.
+    pub fn new(
+        root_fd: OwnedFd,
+        root_key: InodeKey,
+        budget: Budget,
+        tree: Option<BranchId>,
+    ) -> InodeTable {
         let root = Arc::new(Node::new(
             NodeId::ROOT,
             root_key,
             FileType::Directory,
             (NodeId::ROOT, OsString::new()),
+            TreeOf {
+                branch: tree,
+                root: true,
+            },
         ));
         {
             let mut slot = root.slot();
@@ -311,8 +361,9 @@ impl InodeTable {
         fd: OwnedFd,
         parent: NodeId,
         name: &OsStr,
+        tree: TreeOf,
     ) -> Arc<Node> {
-        self.insert_new(key, kind, fd, parent, name).0
+        self.insert_new(key, kind, fd, parent, name, tree).0
     }
 
     /// [`InodeTable::insert`], also telling whether the node is new to the table.
@@ -323,6 +374,7 @@ impl InodeTable {
         fd: OwnedFd,
         parent: NodeId,
         name: &OsStr,
+        tree: TreeOf,
     ) -> (Arc<Node>, bool) {
         let mut new = false;
         let node = {
@@ -335,7 +387,13 @@ impl InodeTable {
                 }
                 None => {
                     let id = self.id_for(key);
-                    let node = Arc::new(Node::new(id, key, kind, (parent, name.to_os_string())));
+                    let node = Arc::new(Node::new(
+                        id,
+                        key,
+                        kind,
+                        (parent, name.to_os_string()),
+                        tree,
+                    ));
                     maps.by_id.insert(id, node.clone());
                     maps.by_key.insert(key, id);
                     new = true;

@@ -37,6 +37,11 @@ impl AgxFs {
 
     pub(super) fn do_read(&self, fh: HandleId, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
         self.with_file(fh, |h| {
+            if let Some(b) = &h.base {
+                if let Some(data) = self.read_base(&h.node, b, offset, size)? {
+                    return Ok(data);
+                }
+            }
             let mut buf = vec![0u8; size as usize];
             let mut done = 0;
             while done < buf.len() {
@@ -151,6 +156,12 @@ impl AgxFs {
                 libc::SEEK_END => SeekFrom::End(offset),
                 _ => return Err(Errno::EINVAL),
             };
+            if let (Some(b), SeekFrom::Data(_) | SeekFrom::Hole(_)) = (&h.base, pos) {
+                // Where the data is: the base's, while the file is not copied up.
+                if let Some(p) = self.with_base(&h.node, b, |fd| rustix::fs::seek(fd, pos))? {
+                    return Ok(p as i64);
+                }
+            }
             rustix::fs::seek(&h.file, pos).map(|p| p as i64).or_errno()
         })
     }
@@ -175,15 +186,21 @@ impl AgxFs {
         let mut off_in = offset_in;
         let mut off_out = offset_out;
         let len = len.min(u32::MAX as u64 & !0xfff) as usize;
-        let r = rustix::fs::copy_file_range(
-            &i.file,
-            Some(&mut off_in),
-            &o.file,
-            Some(&mut off_out),
-            len,
-        )
-        .map(|n| n as u32)
-        .or_errno();
+        let mut copy = |from: &std::os::fd::OwnedFd| {
+            rustix::fs::copy_file_range(from, Some(&mut off_in), &o.file, Some(&mut off_out), len)
+        };
+        // A source whose content is still a branch's base is copied from there.
+        let from_base = match &i.base {
+            Some(b) => self
+                .with_base(&i.node, b, &mut copy)
+                .map(|r| r.map(|n| n as u32)),
+            None => Ok(None),
+        };
+        let r = match from_base {
+            Ok(Some(n)) => Ok(n),
+            Ok(None) => copy(&i.file).map(|n| n as u32).or_errno(),
+            Err(e) => Err(e),
+        };
         self.finish(t, &r, || self.after_content(&o.node));
         r
     }

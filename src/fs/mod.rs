@@ -8,6 +8,7 @@
 //! [`crate::capture::Recorder`] before it is applied (see `record.rs`).
 
 pub mod attr;
+mod branches;
 mod descriptors;
 mod dir;
 pub(crate) mod entry;
@@ -97,6 +98,8 @@ pub struct AgxFs {
     vtable: views::ViewTable,
     /// Tells the kernel to drop what it cached; set once the session exists.
     notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
+    /// `.agx/branches/`: the branches' trees (None where views are unavailable).
+    branches: Option<Arc<crate::branches::Branches>>,
 }
 
 pub(crate) use crate::sys::errno;
@@ -129,6 +132,7 @@ impl AgxFs {
         attrib: Arc<Attributor>,
         report: Arc<Mutex<Option<InitReport>>>,
         views: Option<Arc<crate::views::Views>>,
+        branches: Option<Arc<crate::branches::Branches>>,
     ) -> std::io::Result<AgxFs> {
         let st = rustix::fs::fstat(&root)?;
         if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir() {
@@ -143,6 +147,7 @@ impl AgxFs {
             root,
             key_of(&st),
             descriptors::Budget::for_limit(crate::sys::fd::nofile_limit()),
+            None,
         ));
         descriptors::set_valve(&inodes);
         Ok(AgxFs {
@@ -158,6 +163,7 @@ impl AgxFs {
             report,
             vtable: views::ViewTable::new(views),
             notifier: Arc::default(),
+            branches,
         })
     }
 
@@ -218,21 +224,16 @@ impl AgxFs {
         self.reopen(fd.as_fd(), flags)
     }
 
-    /// Whether `name` under `parent` is agx's own state directory.
-    fn is_agx(parent: NodeId, name: &OsStr) -> bool {
-        parent == NodeId::ROOT && name == AGX_DIR_NAME
-    }
-
     /// [`AgxFs::lookup_node`] for a name the kernel asks about (a lookup, a listing with
     /// attributes): the first time the kernel reaches an object, a change made to it
     /// outside agx is recorded before anything else can happen to it (see
     /// `capture::outside`).
     fn lookup_known(&self, parent: &Node, name: &OsStr) -> Result<(Arc<Node>, Stat), Errno> {
         let (node, st, new) = self.lookup_node_new(parent, name)?;
-        if new && self.cfg.capture {
+        if new && self.cfg.capture && parent.tree.is_none() {
             if let Ok(Some(dir)) = self.path_of(parent) {
-                if self.rec.may_have_history(&dir) {
-                    let mut path = dir;
+                if self.rec.may_have_history(&dir.path) {
+                    let mut path = dir.path;
                     if !path.is_empty() {
                         path.push(b'/');
                     }
@@ -265,9 +266,21 @@ impl AgxFs {
         })?;
         let st = rustix::fs::fstat(&fd).or_errno()?;
         let kind = attr::file_type(st.st_mode);
+        let tree = inode::TreeOf {
+            branch: parent.tree,
+            root: false,
+        };
         let (node, new) = self
             .inodes
-            .insert_new(key_of(&st), kind, fd, parent.id, name);
+            .insert_new(key_of(&st), kind, fd, parent.id, name, tree);
+        // A branch's directory is filled before the kernel learns of it.
+        let st = match self.settle_dir(&node, st) {
+            Ok(st) => st,
+            Err(e) => {
+                self.inodes.forget(node.id, 1);
+                return Err(e);
+            }
+        };
         Ok((node, st, new))
     }
 

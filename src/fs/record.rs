@@ -10,8 +10,26 @@ use fuser::Errno;
 use super::inode::Node;
 use super::AgxFs;
 use crate::capture::{After, Before, Ticket};
-use crate::ids::NodeId;
+use crate::ids::{BranchId, NodeId};
 use crate::timeline::Op;
+
+/// A path in one of the trees the front serves: the main tree's (relative to the
+/// project's root) or a branch's (relative to the branch's root).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct TreePath {
+    pub tree: Option<BranchId>,
+    pub path: Vec<u8>,
+}
+
+impl TreePath {
+    /// `name` in the directory at this path.
+    pub fn child(&self, name: &OsStr) -> TreePath {
+        TreePath {
+            tree: self.tree,
+            path: crate::sys::path::join(&self.path, name.as_bytes()),
+        }
+    }
+}
 
 /// Deeper than this, a path is not resolved (a loop in the recorded places).
 const MAX_DEPTH: usize = 4096;
@@ -23,17 +41,18 @@ const MAX_DEPTH: usize = 4096;
 pub const CREATION_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl AgxFs {
-    /// The project-relative path of a directory by the names its nodes were last reached
-    /// under ("" for the root); None if some ancestor is no longer known.
+    /// The path of a directory in its tree by the names its nodes were last reached under
+    /// ("" for a tree's root); None if some ancestor is no longer known.
     fn dir_path(&self, node: &Node) -> Option<Vec<u8>> {
-        if node.id == NodeId::ROOT {
+        if node.tree_root {
             return Some(Vec::new());
         }
         let mut parts: Vec<std::ffi::OsString> = Vec::new();
         let (mut parent, mut name) = node.place()?;
         for _ in 0..MAX_DEPTH {
             parts.push(name);
-            if parent == NodeId::ROOT {
+            let p = self.inodes.get(parent)?;
+            if p.tree_root {
                 let mut out = Vec::new();
                 for (i, p) in parts.iter().rev().enumerate() {
                     if i > 0 {
@@ -43,15 +62,16 @@ impl AgxFs {
                 }
                 return Some(out);
             }
-            let p = self.inodes.get(parent)?;
             (parent, name) = p.place()?;
         }
         None
     }
 
-    /// Whether the object at `path` (resolved beneath the root, no symlinks) is `node`'s.
+    /// Whether the object at `path` of `node`'s tree (resolved beneath its root, no
+    /// symlinks) is `node`'s.
     fn is_at(&self, node: &Node, path: &[u8]) -> Result<bool, Errno> {
-        match crate::tree::stat_checked(&*self.root_fd(), path) {
+        let root = self.tree_root(node.tree)?;
+        match crate::tree::stat_checked(&root, path) {
             Ok(Some(o)) => Ok(super::key_of(&o.stat) == node.key),
             Ok(None) => Ok(false),
             Err(e) => Err(super::errno(e)),
@@ -65,9 +85,15 @@ impl AgxFs {
     /// linked only from outside the project), so changing it changes no path. An error
     /// (the tree cannot be looked at) fails the request: a change whose name cannot be
     /// determined never goes through unrecorded.
-    pub(super) fn path_of(&self, node: &Node) -> Result<Option<Vec<u8>>, Errno> {
-        if node.id == NodeId::ROOT {
-            return Ok(Some(Vec::new()));
+    pub(super) fn path_of(&self, node: &Node) -> Result<Option<TreePath>, Errno> {
+        let placed = |path: Vec<u8>| {
+            Some(TreePath {
+                tree: node.tree,
+                path,
+            })
+        };
+        if node.tree_root {
+            return Ok(placed(Vec::new()));
         }
         let epoch = self.rec.tree_epoch();
         let trusted = node.confirmed() == epoch;
@@ -85,11 +111,11 @@ impl AgxFs {
                 });
             let Some(path) = path else { continue };
             if trusted {
-                return Ok(Some(path));
+                return Ok(placed(path));
             }
             if self.is_at(node, &path)? {
                 node.set_confirmed(epoch);
-                return Ok(Some(path));
+                return Ok(placed(path));
             }
             node.drop_place(parent, &name, false);
         }
@@ -98,7 +124,8 @@ impl AgxFs {
         }
         // Every known name is gone, but the object may have others the kernel never
         // looked up (hard links): find one.
-        let found = search(&self.root_fd(), node.key).map_err(super::errno)?;
+        let root = self.tree_root(node.tree)?;
+        let found = search(&root, node.key).map_err(super::errno)?;
         if found.is_none() {
             log::debug!(
                 "node {} has no name in the project: its change is not a change of the tree",
@@ -106,19 +133,16 @@ impl AgxFs {
             );
             node.drop_place(NodeId(0), std::ffi::OsStr::new(""), true);
         }
-        Ok(found)
+        Ok(found.and_then(placed))
     }
 
     /// The path of `name` in the directory `parent` (see [`AgxFs::path_of`]).
-    pub(super) fn child_path(&self, parent: &Node, name: &OsStr) -> Result<Option<Vec<u8>>, Errno> {
-        let Some(mut p) = self.path_of(parent)? else {
-            return Ok(None);
-        };
-        if !p.is_empty() {
-            p.push(b'/');
-        }
-        p.extend_from_slice(name.as_bytes());
-        Ok(Some(p))
+    pub(super) fn child_path(
+        &self,
+        parent: &Node,
+        name: &OsStr,
+    ) -> Result<Option<TreePath>, Errno> {
+        Ok(self.path_of(parent)?.map(|p| p.child(name)))
     }
 
     /// Begins recording a change of `path` by process `pid`, unless the path is ignored
@@ -129,23 +153,37 @@ impl AgxFs {
         &self,
         pid: u32,
         op: Op,
-        path: Option<Vec<u8>>,
+        path: Option<TreePath>,
         is_dir: bool,
-        to_path: Option<Vec<u8>>,
+        to_path: Option<TreePath>,
         before: Before<'_>,
         target: Option<Before<'_>>,
     ) -> Result<Option<Ticket>, Errno> {
+        // No name in the project: nothing in the tree changes (see `path_of`).
+        let Some(TreePath { tree, path }) = path else {
+            return Ok(None);
+        };
+        let to_path = to_path.map(|t| t.path);
+        // A file of a branch still taking its content from the base gets it before its
+        // before-image is taken or anything changes it (with capture on or off).
+        if let Some(b) = tree {
+            for b4 in [Some(&before), target.as_ref()].into_iter().flatten() {
+                match b4 {
+                    Before::Content(fd) | Before::Leaving { fd, .. } => self.copy_up_fd(b, *fd)?,
+                    _ => {}
+                }
+            }
+        }
         if !self.cfg.capture {
             return Ok(None);
         }
-        // No name in the project: nothing in the tree changes (see `path_of`).
-        let Some(path) = path else {
-            return Ok(None);
-        };
-        let ignored = self.rec.skips(&path, is_dir)
-            && to_path.as_ref().is_none_or(|t| self.rec.skips(t, is_dir));
-        if ignored {
-            return Ok(None);
+        // Branches: everything is recorded (the capture policy is the main tree's).
+        if tree.is_none() {
+            let ignored = self.rec.skips(&path, is_dir)
+                && to_path.as_ref().is_none_or(|t| self.rec.skips(t, is_dir));
+            if ignored {
+                return Ok(None);
+            }
         }
         // A name made anew (no lookup found it) may have had an object agx recorded that
         // went outside agx: that change is history first (see `capture::outside`).
@@ -154,7 +192,7 @@ impl AgxFs {
             Op::Create | Op::Mkdir | Op::Mknod | Op::Symlink | Op::Link
         );
         let names = [makes.then_some(&path), to_path.as_ref()];
-        for p in names.into_iter().flatten() {
+        for p in names.into_iter().flatten().filter(|_| tree.is_none()) {
             let dir = p
                 .iter()
                 .rposition(|c| *c == b'/')
@@ -163,7 +201,8 @@ impl AgxFs {
                 self.rec.notice(p);
             }
         }
-        let actor = self.attrib.actor(pid);
+        let mut actor = self.attrib.actor(pid);
+        actor.branch = tree;
         self.rec
             .begin(op, path, to_path, actor, before, target, None)
     }
@@ -263,13 +302,13 @@ pub(super) fn setattr_op(size: bool, mode: bool, owner: bool) -> Op {
 /// walk of the tree: for an object whose known names are all gone while it keeps others.
 /// Rare (hard links the kernel never looked up), so it trades time for an exact answer.
 fn search(
-    root: &std::os::fd::OwnedFd,
+    root: impl std::os::fd::AsFd,
     key: crate::ids::InodeKey,
 ) -> rustix::io::Result<Option<Vec<u8>>> {
     use rustix::fs::{AtFlags, FileType, OFlags};
     let mut dirs: Vec<Vec<u8>> = vec![Vec::new()];
     while let Some(rel) = dirs.pop() {
-        let fd = match crate::tree::open_beneath(root, &rel, OFlags::RDONLY | OFlags::DIRECTORY) {
+        let fd = match crate::tree::open_beneath(&root, &rel, OFlags::RDONLY | OFlags::DIRECTORY) {
             Ok(fd) => fd,
             Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => continue,
             Err(e) => return Err(e),

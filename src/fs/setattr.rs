@@ -104,6 +104,9 @@ impl AgxFs {
         if ino == NodeId::AGX_DIR {
             return Ok(self.agx_dir_attr());
         }
+        if ino == NodeId::BRANCHES_DIR {
+            return Ok(self.branches_dir_attr());
+        }
         if let Some(Handle::File(h)) = fh.and_then(|fh| self.handles.get(fh)).as_deref() {
             let st = rustix::fs::fstat(&h.file).or_errno()?;
             return Ok(attr::from_stat(self.report_id(ino, &st), &st));
@@ -145,7 +148,7 @@ impl AgxFs {
         set: SetAttr,
         caller: Caller,
     ) -> Result<FileAttr, Errno> {
-        if ino == NodeId::AGX_DIR || ino.is_view() {
+        if ino.is_virtual_dir() || ino.is_view() {
             return Err(Errno::EROFS);
         }
         let node = self.node(ino)?;

@@ -60,7 +60,7 @@ impl AgxFs {
     }
 
     fn xattr_node(&self, ino: NodeId) -> Result<Arc<Node>, Errno> {
-        if ino == NodeId::AGX_DIR || ino.is_view() {
+        if ino.is_virtual_dir() || ino.is_view() {
             return Err(Errno::ENODATA);
         }
         self.node(ino)
@@ -73,6 +73,9 @@ impl AgxFs {
         size: u32,
     ) -> Result<XattrReply, Errno> {
         let node = self.xattr_node(ino)?;
+        if crate::sys::path::is_agx_xattr(name.as_encoded_bytes()) {
+            return Err(Errno::ENODATA);
+        }
         let t = self.xattr_target(&node)?;
         // Size 0 asks for the value's size. rustix answers a zero-length buffer with 0,
         // not the size, so the query has its own call.
@@ -105,7 +108,7 @@ impl AgxFs {
         size: u32,
         privileged: bool,
     ) -> Result<XattrReply, Errno> {
-        if ino == NodeId::AGX_DIR || ino.is_view() {
+        if ino.is_virtual_dir() || ino.is_view() {
             return Ok(if size == 0 {
                 XattrReply::Size(0)
             } else {
@@ -122,10 +125,6 @@ impl AgxFs {
             }
             .or_errno()
         };
-        // As in do_getxattr: the size query must not go through a zero-length buffer.
-        if size == 0 && privileged {
-            return Ok(XattrReply::Size(reply_size(query()?)?));
-        }
         // The whole list, filtered, then measured against the caller's buffer. The list can
         // grow between the size query and the read: try again then.
         let mut list = Vec::new();
@@ -146,14 +145,14 @@ impl AgxFs {
                 Err(e) => return Err(super::errno(e)),
             }
         }
-        if !privileged {
-            list = list
-                .split_inclusive(|b| *b == 0)
-                .filter(|name| !name.starts_with(b"trusted."))
-                .flatten()
-                .copied()
-                .collect();
-        }
+        // agx's own names never show; neither do `trusted.*` ones to the unprivileged.
+        list = list
+            .split_inclusive(|b| *b == 0)
+            .filter(|name| privileged || !name.starts_with(b"trusted."))
+            .filter(|name| !crate::sys::path::is_agx_xattr(name))
+            .flatten()
+            .copied()
+            .collect();
         if size == 0 {
             Ok(XattrReply::Size(reply_size(list.len())?))
         } else if list.len() > size as usize {
@@ -171,8 +170,11 @@ impl AgxFs {
         flags: i32,
         pid: u32,
     ) -> Result<(), Errno> {
-        if ino == NodeId::AGX_DIR || ino.is_view() {
+        if ino.is_virtual_dir() || ino.is_view() {
             return Err(Errno::EROFS);
+        }
+        if crate::sys::path::is_agx_xattr(name.as_encoded_bytes()) {
+            return Err(Errno::EPERM);
         }
         let node = self.node(ino)?;
         let ticket = self.xattr_event(&node, Op::Setxattr, pid)?;
@@ -204,8 +206,11 @@ impl AgxFs {
     }
 
     pub(super) fn do_removexattr(&self, ino: NodeId, name: &OsStr, pid: u32) -> Result<(), Errno> {
-        if ino == NodeId::AGX_DIR || ino.is_view() {
+        if ino.is_virtual_dir() || ino.is_view() {
             return Err(Errno::EROFS);
+        }
+        if crate::sys::path::is_agx_xattr(name.as_encoded_bytes()) {
+            return Err(Errno::EPERM);
         }
         let node = self.node(ino)?;
         let ticket = self.xattr_event(&node, Op::Removexattr, pid)?;

@@ -342,13 +342,28 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
         cfg.capture = false;
     }
     let report = Arc::new(Mutex::new(None));
+    let views = crate::fs::open_views(&engine.root, &engine.agx, engine.recorder.clone());
+    let branches = views.as_ref().and_then(|v| {
+        let sync = engine.recorder.config().fsync == crate::capture::config::Fsync::Always;
+        match crate::branches::Branches::new(&engine.agx, v.clone(), sync) {
+            Ok(b) => Some(Arc::new(b)),
+            Err(e) => {
+                log::warn!("branches unavailable: {e}");
+                None
+            }
+        }
+    });
+    if let Some(b) = &branches {
+        engine.set_branches(b.clone());
+    }
     let fs = AgxFs::new(
         root,
         cfg,
         engine.recorder.clone(),
         engine.attrib.clone(),
         report.clone(),
-        crate::fs::open_views(&engine.root, &engine.agx, engine.recorder.clone()),
+        views,
+        branches.clone(),
     )
     .map_err(|e| MountError::io(p.project.display().to_string(), e))?;
     let fs_notifier = fs.notifier_slot();
@@ -431,6 +446,17 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
     engine.set_restore_hook(Box::new(move |paths, inodes| {
         invalidate(&notifier, &inval_root, paths, inodes)
     }));
+    if let Some(b) = &branches {
+        let notifier = session.notifier();
+        b.set_on_change(Box::new(move |names| {
+            for n in names {
+                let _ = notifier.inval_entry(
+                    fuser::INodeNo(crate::ids::NodeId::BRANCHES_DIR.0),
+                    std::ffi::OsStr::new(n),
+                );
+            }
+        }));
+    }
     if let Err(e) = engine.record_mount() {
         log::warn!("could not record the mount in the timeline: {e}");
     }

@@ -309,6 +309,7 @@ mod tests {
             session: None,
             tool_call: None,
             note: None,
+            branch: None,
         }
     }
 

@@ -7,6 +7,26 @@ use std::os::unix::ffi::OsStrExt;
 /// The name of agx's state directory at the top of the project.
 pub const AGX_DIR_NAME: &str = ".agx";
 
+/// Extended attributes agx keeps on its own objects (a branch's not yet copied
+/// directories and files carry `user.agx.lower`): never shown through the mount, never
+/// set through it, never recorded as part of an object's metadata.
+pub const AGX_XATTR_PREFIX: &str = "user.agx.";
+
+/// Whether the xattr `name` is in agx's own namespace.
+pub fn is_agx_xattr(name: &[u8]) -> bool {
+    name.starts_with(AGX_XATTR_PREFIX.as_bytes())
+}
+
+/// The directory of branch `id`'s layer, relative to `.agx` (see `crate::branches`).
+pub fn layer_dir(id: i64) -> String {
+    format!("layers/{id}")
+}
+
+/// The root of branch `id`'s tree, relative to `.agx`.
+pub fn layer_tree(id: i64) -> String {
+    format!("layers/{id}/tree")
+}
+
 /// "a" + "b" -> "a/b"; "" + "b" -> "b".
 pub fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
     if a.is_empty() {

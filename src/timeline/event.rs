@@ -186,6 +186,9 @@ pub struct Actor {
     /// The session's tool call in progress when the change began (`Event::tool_call`).
     #[serde(skip)]
     pub tool_call: Option<i64>,
+    /// The branch the change is made in (`Event::branch`; None: the main tree).
+    #[serde(skip)]
+    pub branch: Option<crate::ids::BranchId>,
 }
 
 /// One recorded change.
@@ -218,6 +221,10 @@ pub struct Event {
     /// Why agx itself made this change (restore), if it did.
     #[serde(default)]
     pub note: Option<String>,
+    /// The branch the change was made in (None: the main tree). Its path is relative to
+    /// the branch's root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<crate::ids::BranchId>,
 }
 
 impl Event {

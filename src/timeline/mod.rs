@@ -4,6 +4,7 @@
 //! Each event row keeps its queryable fields as columns and the whole event as JSON
 //! (`body`), so adding a field needs no migration.
 
+pub mod branches;
 pub mod checkpoints;
 pub mod event;
 pub mod gc;
@@ -118,6 +119,41 @@ const MIGRATIONS: &[&str] = &[
         objects_deleted INTEGER NOT NULL DEFAULT 0,
         bytes_freed INTEGER NOT NULL DEFAULT 0
     );",
+    // 4: branches, and the events made in them (the same columns as `events`, plus the
+    // branch; sequence numbers are shared with the main tree's events).
+    "CREATE TABLE branches (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        base_seq INTEGER NOT NULL,
+        created_ns INTEGER NOT NULL,
+        creator TEXT,
+        session INTEGER,
+        from_ref TEXT,
+        deleted_ns INTEGER,
+        note TEXT
+    );
+    CREATE UNIQUE INDEX branches_live_name ON branches(name) WHERE deleted_ns IS NULL;
+    CREATE TABLE branch_events (
+        seq INTEGER PRIMARY KEY,
+        branch INTEGER NOT NULL,
+        time_ns INTEGER NOT NULL,
+        op TEXT NOT NULL,
+        path BLOB NOT NULL,
+        to_path BLOB,
+        before_hash TEXT,
+        after_hash TEXT,
+        target_hash TEXT,
+        size_before INTEGER,
+        size_after INTEGER,
+        pid INTEGER,
+        process TEXT,
+        session TEXT,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX branch_events_path ON branch_events(branch, path, seq);
+    CREATE INDEX branch_events_to_path ON branch_events(branch, to_path, seq)
+        WHERE to_path IS NOT NULL;
+    CREATE INDEX branch_events_session ON branch_events(session, seq) WHERE session IS NOT NULL;",
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -236,8 +272,37 @@ impl Timeline {
               size_before, size_after, pid, process, session, body)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         )?;
+        let mut bst = self.conn.prepare_cached(
+            "INSERT OR REPLACE INTO branch_events
+             (seq, time_ns, op, path, to_path, before_hash, after_hash, target_hash,
+              size_before, size_after, pid, process, session, body, branch)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+        )?;
         for e in events {
             let body = serde_json::to_string(e).expect("events serialize");
+            if let Some(b) = e.branch {
+                bst.execute(params![
+                    e.seq.0,
+                    e.time_ns,
+                    e.op.as_str(),
+                    e.path,
+                    e.to_path,
+                    e.before.hash.map(|h| h.to_hex()),
+                    e.after.hash.map(|h| h.to_hex()),
+                    e.target_before
+                        .as_ref()
+                        .and_then(|t| t.hash)
+                        .map(|h| h.to_hex()),
+                    e.before.size().map(|s| s as i64),
+                    e.after.size().map(|s| s as i64),
+                    e.actor.pid,
+                    e.actor.process,
+                    e.session,
+                    body,
+                    b.0,
+                ])?;
+                continue;
+            }
             st.execute(params![
                 e.seq.0,
                 e.time_ns,
@@ -317,11 +382,13 @@ impl Timeline {
         Ok(out)
     }
 
+    /// Event `seq`, of the main tree or of a branch.
     pub fn get(&self, seq: Seq) -> Result<Option<Event>, TimelineError> {
         let row: Option<(i64, String)> = self
             .conn
             .query_row(
-                "SELECT seq, body FROM events WHERE seq = ?1",
+                "SELECT seq, body FROM events WHERE seq = ?1
+                 UNION ALL SELECT seq, body FROM branch_events WHERE seq = ?1",
                 params![seq.0],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
@@ -335,6 +402,7 @@ impl Timeline {
     pub fn max_seq(&self) -> Result<Seq, TimelineError> {
         let m: Option<i64> = self.conn.query_row(
             "SELECT MAX(m) FROM (SELECT MAX(seq) AS m FROM events
+                                 UNION ALL SELECT MAX(seq) FROM branch_events
                                  UNION ALL SELECT MAX(seq) FROM gc_runs)",
             [],
             |r| r.get(0),

@@ -27,6 +27,7 @@ fn ev(seq: i64, op: Op, path: &str, to: Option<&str>) -> Event {
         session: None,
         tool_call: None,
         note: None,
+        branch: None,
     }
 }
 

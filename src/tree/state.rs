@@ -129,6 +129,9 @@ fn read_xattrs(fd: impl AsFd) -> Vec<(Vec<u8>, Vec<u8>)> {
     names.truncate(n);
     let mut out = Vec::new();
     for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+        if crate::sys::path::is_agx_xattr(name) {
+            continue;
+        }
         let cname = std::ffi::OsStr::new(std::str::from_utf8(name).unwrap_or(""));
         if cname.is_empty() {
             continue;

@@ -100,6 +100,11 @@ impl Views {
         Some(self.model_at(point))
     }
 
+    /// The model of the tree at `point`, current with every committed event.
+    pub fn at(&self, point: Seq) -> Result<Snapshot, ViewError> {
+        self.model_at(point)
+    }
+
     /// Whether a snapshot still describes the tree (no change began since it was built).
     pub fn fresh(&self, s: &Snapshot) -> bool {
         self.recorder.changes() == s.key

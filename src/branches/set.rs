@@ -1,0 +1,235 @@
+//! The branches a daemon serves: each one's base and layer, opened the first time the
+//! branch is reached, and the names `.agx/branches/` lists. Shared by the FUSE front and the
+//! engine (which tells it when branches are made, renamed or deleted).
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use super::fill::{self, Names};
+use super::layer::{self, Layer};
+use super::lower::{Lower, Reader};
+use super::marker::{self, Marker};
+use crate::ids::BranchId;
+use crate::timeline::Timeline;
+use crate::views::{ViewError, Views};
+
+/// Told the names under `.agx/branches/` that changed (the kernel forgets what it knew).
+pub type OnChange = Box<dyn Fn(&[String]) + Send + Sync>;
+
+pub struct Branches {
+    agx: OwnedFd,
+    views: Arc<Views>,
+    timeline: Mutex<Timeline>,
+    /// Live branches by name, as last read from the timeline.
+    names: RwLock<BTreeMap<String, BranchId>>,
+    open: RwLock<HashMap<BranchId, Arc<Tree>>>,
+    /// Copies are on disk before their marker goes (`fsync = "always"`).
+    sync: bool,
+    on_change: OnceLock<OnChange>,
+}
+
+/// One branch's tree as the daemon serves it.
+pub struct Tree {
+    pub id: BranchId,
+    lower: Lower,
+    layer: Layer,
+    names: Names,
+    /// Held while a directory is filled (one fill at a time per branch).
+    fill: Mutex<()>,
+    /// Held while a file's content is copied up.
+    copy: Mutex<()>,
+    sync: bool,
+}
+
+impl Branches {
+    pub fn new(agx: &OwnedFd, views: Arc<Views>, sync: bool) -> std::io::Result<Branches> {
+        let timeline = Timeline::open_in(agx).map_err(std::io::Error::other)?;
+        let b = Branches {
+            agx: rustix::io::dup(agx)?,
+            views,
+            timeline: Mutex::new(timeline),
+            names: RwLock::default(),
+            open: RwLock::default(),
+            sync,
+            on_change: OnceLock::new(),
+        };
+        b.reload();
+        Ok(b)
+    }
+
+    /// Sets what is told of changed names (once, by the mount).
+    pub fn set_on_change(&self, f: OnChange) {
+        let _ = self.on_change.set(f);
+    }
+
+    /// Reads the live branches' names again (after the engine changed them), telling the
+    /// kernel about names that went or came.
+    pub fn reload(&self) {
+        let list = match self
+            .timeline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .branches(false)
+        {
+            Ok(l) => l,
+            Err(e) => {
+                log::warn!("reading the branches: {e}");
+                return;
+            }
+        };
+        let fresh: BTreeMap<String, BranchId> = list.into_iter().map(|b| (b.name, b.id)).collect();
+        let changed: Vec<String> = {
+            let mut names = self.names.write().unwrap_or_else(|e| e.into_inner());
+            let mut changed: Vec<String> = names
+                .iter()
+                .filter(|(n, id)| fresh.get(*n) != Some(id))
+                .map(|(n, _)| n.clone())
+                .collect();
+            changed.extend(
+                fresh
+                    .iter()
+                    .filter(|(n, id)| names.get(*n) != Some(id))
+                    .map(|(n, _)| n.clone()),
+            );
+            *names = fresh;
+            changed
+        };
+        if !changed.is_empty() {
+            if let Some(f) = self.on_change.get() {
+                f(&changed);
+            }
+        }
+    }
+
+    /// The live branches' names, in order.
+    pub fn names(&self) -> Vec<(String, BranchId)> {
+        self.names
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(n, id)| (n.clone(), *id))
+            .collect()
+    }
+
+    pub fn by_name(&self, name: &str) -> Option<BranchId> {
+        self.names
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .copied()
+    }
+
+    /// Branch `id`'s tree, its layer opened (and made, the first time).
+    pub fn tree(&self, id: BranchId) -> std::io::Result<Arc<Tree>> {
+        if let Some(t) = self.open.read().unwrap_or_else(|e| e.into_inner()).get(&id) {
+            return Ok(t.clone());
+        }
+        let mut open = self.open.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = open.get(&id) {
+            return Ok(t.clone());
+        }
+        let branch = self
+            .timeline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .branch(id)
+            .map_err(std::io::Error::other)?
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))?;
+        let lower = Lower::new(self.views.clone(), branch.base);
+        let layer = layer::open(&self.agx, id, |work, name| {
+            fill::make_root(&lower, work, name)
+        })?;
+        let t = Arc::new(Tree {
+            id,
+            lower,
+            layer,
+            names: Names::default(),
+            fill: Mutex::new(()),
+            copy: Mutex::new(()),
+            sync: self.sync,
+        });
+        open.insert(id, t.clone());
+        Ok(t)
+    }
+}
+
+fn view_io(e: ViewError) -> std::io::Error {
+    match e {
+        ViewError::Io(e) => e,
+        ViewError::NotFound => std::io::Error::from_raw_os_error(libc::ENOENT),
+        other => {
+            log::warn!("branch base: {other}");
+            std::io::Error::from_raw_os_error(libc::EIO)
+        }
+    }
+}
+
+impl Tree {
+    /// The root of the branch's tree (`O_PATH`).
+    pub fn root(&self) -> &OwnedFd {
+        &self.layer.tree
+    }
+
+    /// The base point.
+    pub fn base(&self) -> crate::ids::Seq {
+        self.lower.base()
+    }
+
+    /// Fills the directory behind `dir` from the base if it is still to be filled.
+    pub fn fill(&self, dir: &OwnedFd) -> std::io::Result<()> {
+        if !matches!(marker::read(dir)?, Some(Marker::Dir(_))) {
+            return Ok(());
+        }
+        let _held = self.fill.lock().unwrap_or_else(|e| e.into_inner());
+        match marker::read(dir)? {
+            Some(Marker::Dir(base)) => {
+                fill::fill_dir(&self.lower, &self.layer.work, &self.names, dir, &base)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The base path whose content the regular file behind `file` still has, if any.
+    pub fn based(&self, file: &OwnedFd) -> std::io::Result<Option<Vec<u8>>> {
+        Ok(match marker::read(file)? {
+            Some(Marker::File(p)) => Some(p),
+            _ => None,
+        })
+    }
+
+    /// Copies the base content into the regular file behind `file` if it still has the
+    /// base's. Returns whether it copied.
+    pub fn copy_up(&self, file: &OwnedFd) -> std::io::Result<bool> {
+        if self.based(file)?.is_none() {
+            return Ok(false);
+        }
+        let _held = self.copy.lock().unwrap_or_else(|e| e.into_inner());
+        match self.based(file)? {
+            Some(base) => {
+                fill::copy_up(&self.lower, file, &base, self.sync)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// A reader of the base content of `base` (see [`Lower::reader`]).
+    pub fn reader(&self, base: &[u8]) -> std::io::Result<Option<Reader>> {
+        self.lower.reader(base).map_err(view_io)
+    }
+
+    /// Reads through a reader; None once the base content is no longer the live file's.
+    pub fn read(&self, r: &Reader, offset: u64, size: u32) -> std::io::Result<Option<Vec<u8>>> {
+        self.lower.read(r, offset, size).map_err(view_io)
+    }
+
+    /// Runs `f` on the live file a reader reads, while it is the base's.
+    pub fn with_live<T>(
+        &self,
+        r: &Reader,
+        f: impl FnOnce(&OwnedFd) -> rustix::io::Result<T>,
+    ) -> std::io::Result<Option<T>> {
+        self.lower.with_live(r, f).map_err(view_io)
+    }
+}

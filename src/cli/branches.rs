@@ -1,0 +1,190 @@
+//! `agx branch`: make, list, show, rename and delete branches.
+
+use std::path::Path;
+
+use anyhow::Result;
+use clap::Subcommand;
+
+use super::history::{rfc3339, Project};
+use crate::control::proto::Request;
+
+#[derive(Debug, Subcommand)]
+pub enum BranchCmd {
+    /// Make a branch: a writable copy-on-write view of the project at
+    /// .agx/branches/NAME/ (O(1): nothing is copied or scanned).
+    Create {
+        /// The branch's name (the rules of checkpoint names; not `main`).
+        name: String,
+        /// Start from this point of the main tree instead of now (a checkpoint, a time
+        /// like 10m, event:N, session:ID).
+        #[arg(long, value_name = "REF")]
+        from: Option<String>,
+    },
+    /// Branches, oldest first: name, base point, when and by whom made, files changed,
+    /// last change.
+    List {
+        /// Also deleted branches (kept until gc).
+        #[arg(long)]
+        all: bool,
+    },
+    /// One branch in full.
+    Show { name: String },
+    /// Give a branch another name.
+    Rename { old: String, new: String },
+    /// Delete a branch (refused inside an agent session): it is no longer listed or
+    /// reachable; its history and layer stay until gc.
+    Delete { name: String },
+}
+
+fn no_progress(_: usize, _: usize) {}
+
+/// The JSON form of a branch (stable field names).
+fn branch_json(v: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "id": v["id"],
+        "name": v["name"],
+        "base": v["base"],
+        "from": v["from_ref"],
+        "created": v["created_ns"].as_i64().map(rfc3339),
+        "creator": v["creator"],
+        "session": v["session"],
+        "deleted": v["deleted_ns"].as_i64().map(rfc3339),
+        "note": v["note"],
+        "events": v["events"],
+        "files_changed": v["files_changed"],
+        "last_change": v["last_change_ns"].as_i64().map(rfc3339),
+        "path": v["path"],
+    })
+}
+
+fn print_json(v: &serde_json::Value) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn local_time(ns: i64) -> String {
+    use chrono::{Local, TimeZone};
+    Local
+        .timestamp_nanos(ns)
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string()
+}
+
+fn time_of(v: &serde_json::Value) -> Option<String> {
+    v.as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .and_then(|t| t.timestamp_nanos_opt())
+        .map(local_time)
+}
+
+pub fn branch(dir: &Path, cmd: BranchCmd, json: bool) -> Result<()> {
+    let p = Project::open(dir)?;
+    match cmd {
+        BranchCmd::Create { name, from } => {
+            let v = p.request(Request::BranchCreate { name, from }, &mut no_progress)?;
+            let b = branch_json(&v);
+            if json {
+                return print_json(&b);
+            }
+            println!(
+                "branch {} at point {}: .agx/branches/{}/",
+                b["name"].as_str().unwrap_or("?"),
+                b["base"],
+                b["name"].as_str().unwrap_or("?"),
+            );
+            Ok(())
+        }
+        BranchCmd::List { all } => {
+            let v = p.request(Request::BranchList { all }, &mut no_progress)?;
+            let list: Vec<serde_json::Value> = v
+                .as_array()
+                .map(|a| a.iter().map(branch_json).collect())
+                .unwrap_or_default();
+            if json {
+                return print_json(&serde_json::Value::Array(list));
+            }
+            if list.is_empty() {
+                println!("no branches (agx branch create NAME makes one)");
+            }
+            for b in &list {
+                let mut line = format!(
+                    "{:<24} base {:<7} made {} by {}  {} file(s) changed",
+                    b["name"].as_str().unwrap_or("?"),
+                    b["base"],
+                    time_of(&b["created"]).unwrap_or_default(),
+                    b["creator"].as_str().unwrap_or("?"),
+                    b["files_changed"],
+                );
+                if let Some(t) = time_of(&b["last_change"]) {
+                    line.push_str(&format!(", last {t}"));
+                }
+                if let Some(n) = b["note"].as_str() {
+                    line.push_str(&format!("  [{n}]"));
+                }
+                if let Some(t) = time_of(&b["deleted"]) {
+                    line.push_str(&format!("  [deleted {t}]"));
+                }
+                println!("{line}");
+            }
+            Ok(())
+        }
+        BranchCmd::Show { name } => {
+            let v = p.request(Request::BranchShow { name }, &mut no_progress)?;
+            let b = branch_json(&v);
+            if json {
+                return print_json(&b);
+            }
+            println!("branch:   {}", b["name"].as_str().unwrap_or("?"));
+            println!("path:     {}/", b["path"].as_str().unwrap_or("?"));
+            let from = b["from"]
+                .as_str()
+                .map(|f| format!(" (from {f})"))
+                .unwrap_or_default();
+            println!("base:     point {}{from}", b["base"]);
+            println!(
+                "made:     {} by {}",
+                time_of(&b["created"]).unwrap_or_default(),
+                b["creator"].as_str().unwrap_or("?")
+            );
+            println!(
+                "changes:  {} event(s), {} file(s){}",
+                b["events"],
+                b["files_changed"],
+                time_of(&b["last_change"])
+                    .map(|t| format!(", last {t}"))
+                    .unwrap_or_default()
+            );
+            if let Some(n) = b["note"].as_str() {
+                println!("note:     {n}");
+            }
+            Ok(())
+        }
+        BranchCmd::Rename { old, new } => {
+            let v = p.request(
+                Request::BranchRename {
+                    old: old.clone(),
+                    new,
+                },
+                &mut no_progress,
+            )?;
+            let b = branch_json(&v);
+            if json {
+                return print_json(&b);
+            }
+            println!("branch {old} is now {}", b["name"].as_str().unwrap_or("?"));
+            Ok(())
+        }
+        BranchCmd::Delete { name } => {
+            let v = p.request(Request::BranchDelete { name }, &mut no_progress)?;
+            let b = branch_json(&v);
+            if json {
+                return print_json(&b);
+            }
+            println!(
+                "deleted branch {} (its history and layer stay until gc)",
+                b["name"].as_str().unwrap_or("?")
+            );
+            Ok(())
+        }
+    }
+}

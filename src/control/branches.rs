@@ -1,0 +1,175 @@
+//! Branch commands in the engine: create, list, show, rename, delete (daemon and local
+//! CLI alike). A branch is one timeline row; its layer is made by the daemon the first
+//! time the branch is reached (`crate::branches::layer`), so making one copies and scans
+//! nothing.
+
+use serde::Serialize;
+
+use super::engine::{Engine, EngineError};
+use super::keep::name_rules;
+use crate::ids::Seq;
+use crate::sys::now_ns;
+use crate::timeline::branches::Branch;
+use crate::timeline::Actor;
+
+/// Names `agx branch` takes as subcommands, and `main` (the main tree in REFs).
+const RESERVED: &[&str] = &[
+    "main", "create", "list", "show", "rename", "delete", "mount",
+];
+
+/// A branch as `agx branch list` and `show` report it.
+#[derive(Clone, Debug, Serialize)]
+pub struct BranchInfo {
+    #[serde(flatten)]
+    pub branch: Branch,
+    /// Changes recorded in the branch.
+    pub events: i64,
+    /// Paths those changes name.
+    pub files_changed: i64,
+    pub last_change_ns: Option<i64>,
+    /// Where the branch is seen in the mount, relative to the project.
+    pub path: String,
+}
+
+/// Why `name` cannot name a branch, if it cannot.
+fn name_problem(name: &str) -> Option<String> {
+    if RESERVED.contains(&name) {
+        return Some(format!(
+            "'{name}' cannot name a branch: it is reserved ({})",
+            if name == "main" {
+                "the main tree"
+            } else {
+                "a subcommand of agx branch"
+            }
+        ));
+    }
+    name_rules(name, "a branch")
+}
+
+impl Engine {
+    /// Tells the daemon's branch set (if any) that branches changed.
+    fn branches_changed(&self) {
+        if let Some(b) = self.branches() {
+            b.reload();
+        }
+    }
+
+    /// Makes branch `name` with base `from` (a REF; default: now).
+    pub fn branch_create(
+        &self,
+        name: &str,
+        from: Option<&str>,
+        caller: &Actor,
+    ) -> Result<Branch, EngineError> {
+        if let Some(why) = name_problem(name) {
+            return Err(EngineError::Invalid(why));
+        }
+        let base: Seq = match from {
+            Some(r) => {
+                if self.tl().branch_by_name(r)?.is_some() || r.starts_with("branch:") {
+                    return Err(EngineError::Invalid(format!(
+                        "--from {r}: a branch cannot be made from another branch yet; make it from a point of the main tree (a checkpoint, a time, event:N)"
+                    )));
+                }
+                self.point(r)?
+            }
+            None => {
+                self.flush_all()?;
+                self.tl().max_seq()?
+            }
+        };
+        let mut tl = self.tl();
+        if let Some(b) = tl.branch_by_name(name)? {
+            return Err(EngineError::Invalid(format!(
+                "a branch named '{name}' exists already (made {}); delete it first or choose another name",
+                chrono::DateTime::from_timestamp_nanos(b.created_ns)
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            )));
+        }
+        if tl.checkpoint_by_name(name)?.is_some() {
+            return Err(EngineError::Invalid(format!(
+                "'{name}' names a checkpoint already: a branch of that name would make the REF '{name}' ambiguous; choose another name"
+            )));
+        }
+        let creator = match &caller.session {
+            Some(s) => format!("{}[{}] in session {s}", caller.process, caller.pid),
+            None => format!("{}[{}]", caller.process, caller.pid),
+        };
+        let session = caller
+            .session
+            .as_deref()
+            .and_then(|s| s.parse().ok())
+            .map(crate::ids::SessionId);
+        let b = tl.add_branch(name, base, now_ns(), Some(&creator), session, from)?;
+        drop(tl);
+        self.branches_changed();
+        Ok(b)
+    }
+
+    fn info(&self, b: Branch) -> Result<BranchInfo, EngineError> {
+        let (events, files, last) = self.tl().branch_activity(b.id)?;
+        let path = format!(".agx/branches/{}", b.name);
+        Ok(BranchInfo {
+            branch: b,
+            events,
+            files_changed: files,
+            last_change_ns: last,
+            path,
+        })
+    }
+
+    /// Branches, oldest first; deleted ones too with `all`.
+    pub fn branch_list(&self, all: bool) -> Result<Vec<BranchInfo>, EngineError> {
+        self.flush_all()?;
+        let list = self.tl().branches(all)?;
+        list.into_iter().map(|b| self.info(b)).collect()
+    }
+
+    /// The live branch called `name`.
+    pub fn find_branch(&self, name: &str) -> Result<Branch, EngineError> {
+        let name = name.strip_prefix("branch:").unwrap_or(name);
+        self.tl().branch_by_name(name)?.ok_or_else(|| {
+            EngineError::Invalid(format!("no branch '{name}' (agx branch list shows them)"))
+        })
+    }
+
+    pub fn branch_show(&self, name: &str) -> Result<BranchInfo, EngineError> {
+        self.flush_all()?;
+        let b = self.find_branch(name)?;
+        self.info(b)
+    }
+
+    pub fn branch_rename(&self, old: &str, new: &str) -> Result<Branch, EngineError> {
+        if let Some(why) = name_problem(new) {
+            return Err(EngineError::Invalid(why));
+        }
+        let b = self.find_branch(old)?;
+        let mut tl = self.tl();
+        if tl.branch_by_name(new)?.is_some() {
+            return Err(EngineError::Invalid(format!(
+                "a branch named '{new}' exists already"
+            )));
+        }
+        if tl.checkpoint_by_name(new)?.is_some() {
+            return Err(EngineError::Invalid(format!(
+                "'{new}' names a checkpoint already; choose another name"
+            )));
+        }
+        tl.rename_branch(b.id, new)?;
+        let b = tl.branch(b.id)?.expect("renamed just now");
+        drop(tl);
+        self.branches_changed();
+        Ok(b)
+    }
+
+    /// Deletes branch `name`: it is no longer listed or reachable; its history and layer
+    /// stay until gc. Refused to agent sessions.
+    pub fn branch_delete(&self, name: &str, caller: &Actor) -> Result<Branch, EngineError> {
+        self.refuse_to_agents(caller, "agx branch delete")?;
+        let b = self.find_branch(name)?;
+        self.tl().delete_branch(b.id, now_ns())?;
+        self.branches_changed();
+        let b = self.tl().branch(b.id)?.expect("deleted just now");
+        Ok(b)
+    }
+}
