@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 pub mod attribution;
+pub mod branches;
 pub mod capture;
 pub mod cli;
 pub mod control;
