@@ -15,12 +15,14 @@
 //! like the main tree (renames, hard links, xattrs, locks: the backing filesystem's own
 //! semantics), with events of their own (`Event::branch`).
 //!
-//! `set.rs` holds the branches a daemon serves.
+//! `set.rs` holds the branches a daemon serves; `merge3.rs` is the three-way merge
+//! (text, entries, whole trees) that `agx merge` plans with.
 
 pub mod fill;
 pub mod layer;
 pub mod lower;
 pub mod marker;
+pub mod merge3;
 pub mod set;
 
 pub use set::{Branches, Tree};
