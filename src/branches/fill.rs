@@ -122,7 +122,7 @@ fn set_times(dir: &OwnedFd, name: &str, m: &Meta) -> std::io::Result<()> {
 /// Makes in `work` under `name` the branch's object for the base object at `base` whose
 /// state is `w`: a directory still to be filled, a file whose content is still the base's
 /// (its length set, no data written), a symlink or a special file whole.
-fn make(lower: &Lower, work: &OwnedFd, name: &str, base: &[u8], w: &Want) -> std::io::Result<()> {
+fn make(work: &OwnedFd, name: &str, base: &[u8], w: &Want, size: u64) -> std::io::Result<()> {
     let m = w.meta.clone().unwrap_or_default();
     let open_path = |flags: OFlags| {
         rustix::fs::openat(
@@ -146,7 +146,6 @@ fn make(lower: &Lower, work: &OwnedFd, name: &str, base: &[u8], w: &Want) -> std
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
                 Mode::from_raw_mode(0o600),
             )?;
-            let size = lower.attr_of(w).size;
             rustix::fs::ftruncate(&fd, size)?;
             marker::write(&fd, &Marker::File(base.to_vec()))?;
             fd
@@ -186,7 +185,7 @@ pub fn fill_dir(
         Err(ViewError::NotFound | ViewError::NotDir) => Vec::new(),
         Err(e) => return Err(io(e)),
     };
-    for (name, want) in entries {
+    for (name, want, size) in entries {
         let child = OsStr::from_bytes(&name);
         match rustix::fs::statat(dir, child, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(_) => continue,
@@ -194,7 +193,7 @@ pub fn fill_dir(
             Err(e) => return Err(e.into()),
         }
         let tmp = names.next();
-        let made = make(lower, work, &tmp, &join(base, &name), &want).and_then(|()| {
+        let made = make(work, &tmp, &join(base, &name), &want, size).and_then(|()| {
             rustix::fs::renameat_with(
                 work,
                 tmp.as_str(),
@@ -226,7 +225,7 @@ pub fn fill_dir(
 /// still to be filled.
 pub fn make_root(lower: &Lower, work: &OwnedFd, name: &str) -> std::io::Result<()> {
     let w = lower.want(b"").map_err(io)?;
-    make(lower, work, name, b"", &w)
+    make(work, name, b"", &w, 0)
 }
 
 /// Copies the base content of `base` into the file `file` (a descriptor of it, `O_PATH`

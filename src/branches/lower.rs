@@ -19,6 +19,9 @@ use crate::views::{Attr, Snapshot, Source, ViewError, Views};
 /// How often a read or copy is tried again while the main tree changes the live file.
 const TRIES: usize = 4;
 
+/// How often a listing is taken again while the main tree changes.
+const LIST_TRIES: usize = 100;
+
 pub struct Lower {
     views: Arc<Views>,
     base: Seq,
@@ -44,10 +47,30 @@ impl Lower {
         self.views.at(self.base)
     }
 
-    /// The entries of the base directory `dir`, in name order.
-    pub fn list(&self, dir: &[u8]) -> Result<Vec<(Vec<u8>, Want)>, ViewError> {
-        let s = self.snapshot()?;
-        self.views.list(&s, dir)
+    /// The entries of the base directory `dir`, in name order, each with its size. Taken
+    /// again while the main tree changes meanwhile: a change begun during the listing (a
+    /// file created now, say) could otherwise pass for part of the base.
+    pub fn list(&self, dir: &[u8]) -> Result<Vec<(Vec<u8>, Want, u64)>, ViewError> {
+        let mut tries = 0;
+        loop {
+            let s = self.snapshot()?;
+            let list: Vec<(Vec<u8>, Want, u64)> = self
+                .views
+                .list(&s, dir)?
+                .into_iter()
+                .map(|(name, w)| {
+                    let size = self.views.attr_of(&w).size;
+                    (name, w, size)
+                })
+                .collect();
+            tries += 1;
+            if self.views.fresh(&s) || tries >= LIST_TRIES {
+                if tries >= LIST_TRIES {
+                    log::warn!("a branch's base listing kept changing under a busy main tree");
+                }
+                return Ok(list);
+            }
+        }
     }
 
     /// The base state of `path`.

@@ -9,6 +9,7 @@ pub mod ignore;
 mod journal;
 pub mod linked;
 pub mod outside;
+mod pending;
 pub mod policy;
 pub mod recorder;
 mod recovery;

@@ -114,6 +114,8 @@ pub struct Recorder {
     /// History the database lost: (its last event, the last one recorded), until a
     /// person accepts the loss (see `head.rs`).
     pub(super) lost: Mutex<Option<(i64, i64)>>,
+    /// The main tree's changes begun and not ended (see `pending.rs`).
+    pub(super) pending: super::pending::Pending,
     /// Paths checked for changes made outside agx (`outside.rs`): once per mount.
     pub(super) checked: Mutex<std::collections::HashSet<Vec<u8>>>,
     pub(super) tx: Sender<Job>,
@@ -222,6 +224,7 @@ impl Recorder {
             epoch: AtomicU64::new(0),
             fence: AtomicI64::new(next),
             checked: Mutex::default(),
+            pending: Default::default(),
             tx,
             worker: Mutex::new(Some(worker)),
             ignore,
@@ -292,7 +295,11 @@ impl Recorder {
             self.epoch.fetch_add(1, Ordering::SeqCst);
         }
         let seq = Seq(self.next_seq.fetch_add(1, Ordering::Relaxed));
-        if actor.branch.is_none() {
+        let main = actor.branch.is_none();
+        // Counted as registering before it counts as begun: a model that read `changes()`
+        // then waits in `settle_names` finds it in `pending` (see `capture::pending`).
+        let _registering = main.then(|| self.pending.registering());
+        if main {
             self.main_begun.fetch_max(seq.0, Ordering::SeqCst);
         }
         self.shared.inflight.fetch_add(1, Ordering::SeqCst);
@@ -384,6 +391,11 @@ impl Recorder {
             self.shared.recent.remove(&ticket.event);
             return Err(enospc_or_eio(&e));
         }
+        self.pending.add(
+            &ticket.event,
+            ticket.staged.as_deref(),
+            ticket.inline.as_ref(),
+        );
         Ok(ticket)
     }
 
@@ -473,10 +485,12 @@ impl Recorder {
         if holds_fd {
             self.shared.slots.acquire();
         }
-        let main = t.event.branch.is_none();
+        let (main, seq) = (t.event.branch.is_none(), t.event.seq);
         if self.tx.send(Job::Commit(Box::new(t), after)).is_err() && holds_fd {
             self.shared.slots.release();
         }
+        // Only once the worker has it (see `pending.rs`).
+        self.pending.remove(seq);
         if main {
             self.ended.fetch_add(1, Ordering::SeqCst);
         }
@@ -487,6 +501,7 @@ impl Recorder {
         self.shared.recent.remove(&t.event);
         self.leave(t.stamps.slot.take());
         let _ = self.journal_append(&Record::Cancel { seq: t.event.seq.0 });
+        self.pending.remove(t.event.seq);
         self.remove_staged(&t);
         self.shared.inflight.fetch_sub(1, Ordering::SeqCst);
         if t.event.branch.is_none() {

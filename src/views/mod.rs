@@ -50,6 +50,20 @@ pub enum ViewError {
     Io(#[from] std::io::Error),
 }
 
+/// How long a model waits for changes under way that end within their request.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Adds to `events` (from the timeline, oldest first) the changes still under way that it
+/// does not have yet, in sequence order.
+fn merge_pending(events: &mut Vec<crate::timeline::Event>, pending: Vec<crate::timeline::Event>) {
+    let have: std::collections::HashSet<Seq> = events.iter().map(|e| e.seq).collect();
+    let before = events.len();
+    events.extend(pending.into_iter().filter(|e| !have.contains(&e.seq)));
+    if events.len() != before {
+        events.sort_by_key(|e| e.seq);
+    }
+}
+
 /// How many points keep a cached model.
 const CACHED_MODELS: usize = 16;
 
@@ -117,12 +131,20 @@ impl Views {
                 return Ok(s);
             }
         }
-        // Changes began since the cached model: let the capture worker put every finished
-        // one in the timeline first. The worker never goes through the mount, so waiting
-        // for it from a FUSE request cannot deadlock. Not `flush`: that also waits for
-        // releases on their way, which other requests deliver.
+        // Changes began since the cached model. Those still under way count too (see
+        // `capture::pending`): the ones that end within their request are waited for
+        // (whether a rename in flight happened yet cannot be told), the lasting ones (opens
+        // being written) are taken first, then the capture worker puts every finished one
+        // in the timeline. The worker never goes through the mount, so waiting for it from
+        // a FUSE request cannot deadlock. Not `flush`: that also waits for releases on
+        // their way, which other requests deliver.
+        if !self.recorder.settle_names(SETTLE) {
+            log::debug!("a view of point {point}: a change of the tree is still under way");
+        }
+        let pending = self.recorder.pending(point);
         self.recorder.flush_queue();
-        let events = self.tl().events_after(point)?;
+        let mut events = self.tl().events_after(point)?;
+        merge_pending(&mut events, pending);
         let s = Snapshot {
             point,
             key,

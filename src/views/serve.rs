@@ -109,9 +109,23 @@ impl Views {
             _ => return Err(ViewError::NotKept),
         }
         match w.content {
-            Some(Content::Hash(h)) if w.captured => {
-                Ok(Source::Stored(Arc::new(self.store.get(&h)?)))
-            }
+            Some(Content::Hash(h)) if w.captured => match self.store.get(&h) {
+                Ok(data) => Ok(Source::Stored(Arc::new(data))),
+                // The before-image of a change still under way (see `capture::pending`), or
+                // of one that just ended, which the capture worker is storing.
+                Err(crate::store::StoreError::Missing(_)) => {
+                    if let Some(d) = self.recorder.pending_content(&h) {
+                        return Ok(Source::Stored(Arc::new(d)));
+                    }
+                    self.recorder.flush_queue();
+                    match self.store.get(&h) {
+                        Ok(data) => Ok(Source::Stored(Arc::new(data))),
+                        Err(crate::store::StoreError::Missing(_)) => Err(ViewError::NotKept),
+                        Err(e) => Err(e.into()),
+                    }
+                }
+                Err(e) => Err(e.into()),
+            },
             Some(Content::Live(src)) => {
                 let fd = live::open_beneath(&self.root, &src, OFlags::RDONLY | OFlags::NOFOLLOW)
                     .map_err(std::io::Error::from)?;

@@ -14,13 +14,15 @@ fn sigkill_while_writing_in_a_branch_then_remount() {
     });
     let base = tree(m.path());
     let b = branch(&m, "k", None);
-    // Writers in the branch: copy-ups, fills of directories, creations, renames.
+    // Writers in the branch: copy-ups, fills of directories, creations, renames. The loop
+    // ends at the first append that fails (the daemon is gone), not after 100,000 rounds of
+    // failing commands.
     let dir = b.clone();
     let writer = std::thread::spawn(move || {
         let _ = std::process::Command::new("sh")
             .arg("-c")
             .arg(
-                "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo $i >> d/f$((i % 200 + 1)); \
+                "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo $i >> d/f$((i % 200 + 1)) || exit 0; \
                   echo n > n$i; mv n$i d/e/m$i 2>/dev/null; cat d/e/big > /dev/null; done",
             )
             .current_dir(&dir)

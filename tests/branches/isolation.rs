@@ -119,11 +119,12 @@ fn two_branches_and_the_main_tree_written_at_once_stay_apart() {
     let write = |dir: std::path::PathBuf, tag: &'static str| {
         std::thread::spawn(move || {
             for i in 0..150 {
-                std::fs::write(dir.join(format!("f{i}")), format!("{tag} {i}\n")).unwrap();
+                std::fs::write(dir.join(format!("f{i}")), format!("{tag} {i}\n"))
+                    .unwrap_or_else(|e| panic!("{tag}: write f{i}: {e}"));
                 let mut a = std::fs::OpenOptions::new()
                     .append(true)
                     .open(dir.join("a"))
-                    .unwrap();
+                    .unwrap_or_else(|e| panic!("{tag}: open a at {i}: {e}"));
                 writeln!(a, "{tag} {i}").unwrap();
                 if i % 10 == 0 {
                     std::fs::rename(dir.join(format!("f{i}")), dir.join(format!("r{i}"))).unwrap();
