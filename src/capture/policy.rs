@@ -12,7 +12,9 @@
 //! 3. git does not track P (in the index of P's repository), nor, for a directory,
 //!    anything below it;
 //! 4. P has no history: no event names it, and nothing was moved to it or to one of its
-//!    ancestors (an object moved into an ignored directory keeps its history).
+//!    ancestors (an object moved into an ignored directory keeps its history);
+//! 5. the object changed is not a regular file with several names (its history may be
+//!    under another name; checked by the caller, `fs/record.rs`, which holds the object).
 //!
 //! Each check is cached per directory where it can be (a build creating thousands of
 //! ignored files asks once per directory), and the caches are dropped whenever a recorded

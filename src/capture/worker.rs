@@ -111,13 +111,26 @@ fn quietly_readable(fd: impl AsFd) -> bool {
 }
 
 /// Whether an event changed nothing (an open for writing that wrote nothing new). Only
-/// an exactly known after-image counts (see [`ingest_live`]).
+/// an exactly known after-image counts (see [`ingest_live`]), and only on the same object
+/// with the same owner and mode: a restore that puts equal content in place by a new file
+/// changes which object the name is (the names it shares a file with), and that must stay
+/// history.
 pub(super) fn is_noop(e: &Event) -> bool {
+    let same_object = match (&e.before.meta, &e.after.meta) {
+        (Some(b), Some(a)) => {
+            b.mode == a.mode
+                && b.uid == a.uid
+                && b.gid == a.gid
+                && (a.ino == 0 || b.ino == 0 || b.id() == a.id())
+        }
+        (None, None) => true,
+        _ => false,
+    };
     matches!(e.op, Op::Write)
         && e.before.kind == e.after.kind
         && e.before.hash.is_some()
         && e.before.hash == e.after.hash
-        && e.before.meta.as_ref().map(|m| m.mode) == e.after.meta.as_ref().map(|m| m.mode)
+        && same_object
 }
 
 /// Copies the staged before-image `name` of event `seq` into the store and returns its

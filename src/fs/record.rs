@@ -178,9 +178,13 @@ impl AgxFs {
             return Ok(None);
         }
         // Branches: everything is recorded (the capture policy is the main tree's).
+        // A file with several names is recorded whatever the rules say of this one: its
+        // history may be under another name, which this change changes too.
         if tree.is_none() {
             let ignored = self.rec.skips(&path, is_dir)
-                && to_path.as_ref().is_none_or(|t| self.rec.skips(t, is_dir));
+                && to_path.as_ref().is_none_or(|t| self.rec.skips(t, is_dir))
+                && !multi_linked(&before)
+                && !target.as_ref().is_some_and(multi_linked);
             if ignored {
                 return Ok(None);
             }
@@ -337,4 +341,17 @@ fn search(
         }
     }
     Ok(None)
+}
+
+/// Whether the object a before-state reads is a regular file with more than one name.
+fn multi_linked(b: &Before<'_>) -> bool {
+    let fd = match b {
+        Before::Meta(fd) | Before::Content(fd) | Before::Attrs { fd, .. } => fd,
+        Before::Leaving { fd, .. } => fd,
+        Before::Absent | Before::Recorded(_) => return false,
+    };
+    rustix::fs::fstat(fd).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+            && st.st_nlink > 1
+    })
 }

@@ -176,6 +176,21 @@ impl Mounted {
         self.mounted = false;
     }
 
+    /// Mounts the project again after [`Mounted::unmount`], asserting success.
+    pub fn remount(&mut self) {
+        let out = Command::new(agx_bin())
+            .arg("mount")
+            .arg(&self.project)
+            .output()
+            .expect("running agx mount");
+        assert!(
+            out.status.success(),
+            "agx mount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.mounted = true;
+    }
+
     /// Marks the mount as gone (after a test killed or unmounted it itself); drop will
     /// still clean up whatever is left.
     pub fn forget_mounted(&mut self) {

@@ -145,3 +145,25 @@ fn a_directory_moved_into_an_ignored_one_stays_captured() {
     hist::restore(&m, "before", &[]);
     assert_eq!(std::fs::read(m.p("src/main.c")).unwrap(), b"int main;\n");
 }
+
+/// A file with several names may have its history under a name other than the one a
+/// change uses: a person's rule that matches the name used exempts nothing then (found by
+/// the model property test: the write was recorded under `d/e`, the last name looked up,
+/// and `mv a b` under `*` went unrecorded, so `a` was gone from every past point).
+#[test]
+fn a_persons_rule_does_not_hide_a_change_of_a_file_with_several_names() {
+    let m = Mounted::with(|p| {
+        std::fs::create_dir(p.join("d")).unwrap();
+        std::fs::write(p.join("a"), "one\n").unwrap();
+        std::fs::hard_link(p.join("a"), p.join("d/e")).unwrap();
+    });
+    // The last name looked up is d/e: the write is recorded under it.
+    sh(m.path(), "cat a d/e > /dev/null");
+    hist::ok(m.agx(["checkpoint", "k0"]), "checkpoint");
+    sh(m.path(), "echo two >> a; echo '*' > .gitignore; mv a b");
+    assert_eq!(hist::show(&m, "k0", "a"), b"one\n");
+    assert_eq!(std::fs::read(m.p(".agx/at/k0/a")).unwrap(), b"one\n");
+    hist::restore(&m, "k0", &[]);
+    assert_eq!(std::fs::read(m.p("a")).unwrap(), b"one\n");
+    assert_eq!(std::fs::read(m.p("d/e")).unwrap(), b"one\n");
+}

@@ -17,6 +17,7 @@ mod fulldisk;
 mod hardlinks;
 mod ignore;
 mod lost;
+mod model;
 mod outside;
 mod reuse;
 mod special;
