@@ -15,8 +15,11 @@
 //! Compared: existence, kind, and for files size, modification time and identity (a
 //! copy with the same size and time is hashed), for symlinks the target, and mode and
 //! owner. Not compared: times of directories (their entries move them), access and change
-//! times, link counts; and a file with several links only by kind (a change through one
-//! name is recorded under that name, so the others' last events do not show it).
+//! times, link counts. A file with several names is compared with its object's newest
+//! recorded state, through whichever name that was recorded (a change through one name is
+//! recorded under that name, so the others' last events do not show it); it is looked at
+//! only while no change is on its way to the database, since that change may be through
+//! another name.
 
 use std::os::fd::AsFd;
 
@@ -82,6 +85,13 @@ fn named_ancestor<'a>(e: &Event, p: &'a [u8]) -> Option<(Vec<u8>, &'a [u8])> {
         })
 }
 
+/// Whether two recorded states are of the same object with the same size and modification
+/// time (so the same content, as far as agx can tell without reading it).
+fn same_stamp(a: &ObjState, b: &ObjState) -> bool {
+    let stamp = |m: &crate::timeline::Meta| (m.id(), m.size, m.mtime, m.mtime_nsec);
+    a.meta.as_ref().map(stamp).is_some() && a.meta.as_ref().map(stamp) == b.meta.as_ref().map(stamp)
+}
+
 /// The parts of a state compared (see the module comment).
 fn same(exp: &ObjState, live: &live::LiveObj) -> Option<bool> {
     let e = exp.meta.as_ref()?;
@@ -91,7 +101,6 @@ fn same(exp: &ObjState, live: &live::LiveObj) -> Option<bool> {
     let l = live.meta();
     let owner = (e.mode & 0o7777, e.uid, e.gid) == (l.mode & 0o7777, l.uid, l.gid);
     Some(match exp.kind {
-        Kind::File if e.nlink > 1 || l.nlink > 1 => true,
         Kind::File => {
             let stamp = (e.size, e.mtime, e.mtime_nsec) == (l.size, l.mtime, l.mtime_nsec);
             let id = e.id().is_none_or(|i| i == live.id());
@@ -139,6 +148,21 @@ impl Recorder {
                 // no hash: an earlier event that left the same content (same object, size
                 // and modification time) does.
                 if let Expected::State(s) = &mut left {
+                    // A file with several names: its object's newest state, whatever name
+                    // it was recorded under.
+                    if let Some(id) = s.meta.as_ref().and_then(|m| m.id()) {
+                        if s.kind == Kind::File {
+                            if let Some(n) = tl.last_of_linked(id, e.seq)? {
+                                let mut newer = n.after;
+                                // A link or a change of metadata knows no hash: the one
+                                // this name recorded does, for the same content.
+                                if newer.hash.is_none() && same_stamp(&newer, s) {
+                                    newer.hash = s.hash.clone();
+                                }
+                                *s = newer;
+                            }
+                        }
+                    }
                     if s.kind == Kind::File && s.hash.is_none() {
                         if let Some(k) = tl.last_known_content(&p, e.seq)? {
                             let stamp =
@@ -238,6 +262,16 @@ impl Recorder {
         let live = live::stat_checked(&self.shared.root, path)
             .map_err(|e| CaptureError::io("looking at the tree")(e.into()))?;
         if recent.contains(path) || recent.left() != left {
+            return Ok(None);
+        }
+        // A file with several names may be changing through another one right now.
+        let linked = |s: &ObjState| s.meta.as_ref().is_some_and(|m| m.nlink > 1);
+        let shared_now = live
+            .as_ref()
+            .is_some_and(|l| l.kind == Kind::File && l.stat.st_nlink > 1);
+        if (shared_now || matches!(&expected, Expected::State(s) if linked(s)))
+            && recent.any_below(b"")
+        {
             return Ok(None);
         }
         let (before, removed, made) = match (&expected, &live) {

@@ -156,6 +156,7 @@ impl Engine {
                 return Err(EngineError::Invalid(why));
             }
         }
+        self.notice_everything()?;
         self.recorder.flush();
         let mut tl = self.tl();
         if let Some(n) = name {

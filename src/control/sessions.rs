@@ -96,6 +96,7 @@ impl Engine {
     /// Starts a session rooted at `req.pid`. A hook's session (with a key) that exists
     /// already is resumed (its root updated) rather than started twice.
     pub fn session_start(&self, req: &StartRequest) -> Result<Session, EngineError> {
+        self.notice_everything()?;
         self.recorder.flush();
         let start = proc::start_time(req.pid).ok_or_else(|| {
             EngineError::Invalid(format!("no process {} to root a session at", req.pid))

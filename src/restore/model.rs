@@ -31,6 +31,10 @@ pub struct Node {
     pub src: Option<Vec<u8>>,
     /// False when the content was too large to keep (only its hash is known).
     pub captured: bool,
+    /// The content is not the live object's (a change of it was recorded) and agx never
+    /// learnt what it was (a change made outside agx to content it had not kept): with
+    /// `src`, only the object's identity and the unrecorded metadata come from there.
+    pub unknown: bool,
     /// For a recorded object: the event that recorded it. Until then, the path named the
     /// same object it named at the point (a change of what a name refers to is an event
     /// on it), which is what lets `restore/links.rs` tie inode numbers to the point.
@@ -45,6 +49,7 @@ impl Node {
             meta: None,
             src: Some(p.to_vec()),
             captured: true,
+            unknown: false,
             seen: None,
         }
     }
@@ -62,6 +67,7 @@ impl Node {
             meta,
             src: None,
             captured,
+            unknown: false,
             seen: Some(seen),
         }
     }
@@ -188,9 +194,12 @@ impl Model {
                     e.seq,
                 );
                 // Changed in place, it is still the object the model has there (live, and
-                // maybe moved since): `plan::resolve` checks the inode of that one.
+                // maybe moved since): `plan::resolve` checks the inode of that one. Its
+                // content before the change is the recorded one, never the live one: where
+                // the event knows none, it is unknown.
                 if let (Entry::Node(live), false) = (now, replaced) {
                     n.src = live.src;
+                    n.unknown = e.before.hash.is_none();
                 }
                 self.map.insert(p.to_vec(), Entry::Node(n));
             }

@@ -206,10 +206,14 @@ pub fn resolve_checked(root: &OwnedFd, e: Entry) -> Result<Option<Want>, rustix:
     let id = lx.id();
     let kind = n.kind.unwrap_or(lx.kind);
     let lmeta = lx.meta();
-    let content = (kind == Kind::File).then(|| match n.hash {
-        Some(h) => Content::Hash(h),
-        None => Content::Live(src.clone()),
-    });
+    let content = if kind != Kind::File || (n.unknown && n.hash.is_none()) {
+        None
+    } else {
+        Some(match n.hash {
+            Some(h) => Content::Hash(h),
+            None => Content::Live(src.clone()),
+        })
+    };
     let target = if kind == Kind::Symlink {
         n.meta
             .as_ref()
@@ -372,6 +376,29 @@ impl Plan {
         }
         for (id, members) in groups {
             links::plan_group(&mut steps, root, id, members)?;
+        }
+        let (steps, skipped) = steps.finish();
+        Ok(Plan {
+            point,
+            steps,
+            skipped,
+            conflicts: Vec::new(),
+        })
+    }
+
+    /// The plan making each of `wants`' paths its state (None: absent), the rest of the
+    /// tree as it is: what merge and switch carry out. Paths must come parents first.
+    pub fn from_wants(
+        root: &OwnedFd,
+        point: Seq,
+        wants: Vec<(Vec<u8>, Option<Want>)>,
+        max_size: u64,
+    ) -> Result<Plan, RestoreError> {
+        let mut steps = Steps::new(root, max_size);
+        for (c, want) in wants {
+            let have = live::stat_checked(root, &c)
+                .map_err(|e| RestoreError::Other(format!("{}: {e}", String::from_utf8_lossy(&c))))?;
+            steps.path(&c, want, have, false);
         }
         let (steps, skipped) = steps.finish();
         Ok(Plan {

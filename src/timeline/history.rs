@@ -74,6 +74,26 @@ impl Timeline {
         Ok(got.into_iter().next())
     }
 
+    /// The newest event after `after` that left the object `id` as a file with several
+    /// names (any of them), if any.
+    pub fn last_of_linked(
+        &self,
+        id: crate::timeline::ObjId,
+        after: Seq,
+    ) -> Result<Option<Event>, TimelineError> {
+        // The index's condition is repeated so the query can use it.
+        let got = self.collect(
+            "SELECT seq, body FROM events
+                 WHERE json_extract(body, '$.after.meta.nlink') > 1
+                   AND json_extract(body, '$.after.meta.ino') = ?1 AND seq > ?2
+                 ORDER BY seq DESC LIMIT 16",
+            rusqlite::params![id.ino as i64, after.0],
+        )?;
+        Ok(got
+            .into_iter()
+            .find(|e| e.after.meta.as_ref().and_then(|m| m.id()) == Some(id)))
+    }
+
     /// Every path events after `seq` name (as path or destination), in no order.
     pub fn paths_after(&self, seq: Seq) -> Result<Vec<Vec<u8>>, TimelineError> {
         let mut st = self.conn().prepare_cached(

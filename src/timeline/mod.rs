@@ -154,6 +154,12 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX branch_events_to_path ON branch_events(branch, to_path, seq)
         WHERE to_path IS NOT NULL;
     CREATE INDEX branch_events_session ON branch_events(session, seq) WHERE session IS NOT NULL;",
+    // 5: the states of files with several names, by object: a change through one name
+    // leaves the others' last events behind, so whether such a file was changed outside
+    // agx is asked of its object's newest state (`capture::outside`). Partial: only those
+    // events are indexed.
+    "CREATE INDEX events_linked ON events(json_extract(body, '$.after.meta.ino'), seq)
+        WHERE json_extract(body, '$.after.meta.nlink') > 1;",
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

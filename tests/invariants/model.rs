@@ -93,22 +93,57 @@ struct Node {
 
 type Tree = BTreeMap<String, Node>;
 
-/// The tree below `root` (`.agx` at the top left out).
+/// Every path below `root` (`.agx` at the top left out), each with its metadata.
+fn walk(root: &Path, rel: &str, out: &mut Vec<(String, std::fs::Metadata)>) {
+    let mut names: Vec<String> = std::fs::read_dir(root.join(rel))
+        .unwrap_or_else(|e| panic!("{}/{rel}: {e}", root.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    for n in names {
+        if rel.is_empty() && n == ".agx" {
+            continue;
+        }
+        let path = if rel.is_empty() { n } else { format!("{rel}/{n}") };
+        let md = std::fs::symlink_metadata(root.join(&path)).unwrap();
+        let dir = md.is_dir();
+        out.push((path.clone(), md));
+        if dir {
+            walk(root, &path, out);
+        }
+    }
+}
+
+/// The tree below `root`. A file that cannot be read (a view of content agx never had)
+/// shows as its error.
 fn snapshot(root: &Path) -> Tree {
-    let plain = hist::tree(root);
+    let mut paths = Vec::new();
+    walk(root, "", &mut paths);
     let mut by_ino: BTreeMap<(u64, u64), Vec<String>> = BTreeMap::new();
     let mut out = Tree::new();
-    for (rel, n) in plain {
-        let key = rel.to_string_lossy().into_owned();
-        let md = std::fs::symlink_metadata(root.join(&rel)).unwrap();
+    for (key, md) in paths {
+        let full = root.join(&key);
+        let ft = md.file_type();
+        let what = if ft.is_file() {
+            match std::fs::read(&full) {
+                Ok(b) => hist::Obj::File(b),
+                Err(e) => hist::Obj::Symlink(format!("unreadable: {e}").into()),
+            }
+        } else if ft.is_dir() {
+            hist::Obj::Dir
+        } else if ft.is_symlink() {
+            hist::Obj::Symlink(std::fs::read_link(&full).unwrap().into_os_string())
+        } else {
+            hist::Obj::Other
+        };
         if md.is_file() && md.nlink() > 1 {
             by_ino.entry((md.dev(), md.ino())).or_default().push(key.clone());
         }
         out.insert(
             key,
             Node {
-                what: n.obj,
-                mode: n.mode,
+                what,
+                mode: (!ft.is_symlink()).then_some(md.mode() & 0o7777),
                 owner: (md.uid(), md.gid()),
                 group: None,
             },
@@ -168,6 +203,12 @@ struct Known {
     history: BTreeSet<String>,
     /// Path -> the op indices at which a change of it passed unrecorded.
     unrecorded: BTreeMap<String, Vec<usize>>,
+    /// Every name each file (device, inode) was seen under, through the mount.
+    names: BTreeMap<(u64, u64), BTreeSet<String>>,
+    /// Files (device, inode) whose current content agx keeps: rewritten through the mount
+    /// and recorded (a new file's content is only hashed). Emptied by a restore (what it
+    /// leaves is not followed here).
+    contents: BTreeSet<(u64, u64)>,
 }
 
 fn rule_matches(rule: &str, path: &str) -> bool {
@@ -185,19 +226,39 @@ fn rule_matches(rule: &str, path: &str) -> bool {
 
 impl Known {
     /// A change of `path` at op `i` under the live `.gitignore` rule `rule`.
-    fn change(&mut self, path: &str, rule: Option<&str>, i: usize) {
+    /// Returns whether agx records it.
+    fn change(&mut self, path: &str, rule: Option<&str>, i: usize) -> bool {
         let ignored = rule.is_some_and(|r| rule_matches(r, path));
         if ignored && !self.history.contains(path) {
             self.unrecorded.entry(path.to_string()).or_default().push(i);
+            false
         } else {
             self.history.insert(path.to_string());
+            true
         }
     }
 
-    /// A change no one can have recorded (made while unmounted to a path without history).
+    /// A change of content agx has no copy of (nothing can bring it back).
     fn lost(&mut self, path: &str, i: usize) {
-        if !self.history.contains(path) {
-            self.unrecorded.entry(path.to_string()).or_default().push(i);
+        self.unrecorded.entry(path.to_string()).or_default().push(i);
+    }
+
+    /// Notes the names of the files now under `root`.
+    fn see(&mut self, root: &Path) {
+        for f in FILES {
+            if let Ok(md) = std::fs::symlink_metadata(root.join(f)) {
+                self.names
+                    .entry((md.dev(), md.ino()))
+                    .or_default()
+                    .insert(f.to_string());
+            }
+        }
+    }
+
+    /// The content of the file at `path` (through the mount) was recorded: agx has it.
+    fn stored(&mut self, path: &Path) {
+        if let Ok(md) = std::fs::symlink_metadata(path) {
+            self.contents.insert((md.dev(), md.ino()));
         }
     }
 
@@ -220,6 +281,17 @@ fn live_rule(root: &Path) -> Option<String> {
 
 fn write_file(p: &Path, data: &[u8]) -> std::io::Result<()> {
     std::fs::write(p, data)
+}
+
+/// `agx restore REF --yes --skip-missing` (content agx never had is left as it is, and
+/// such paths are not compared); returns the REF that undoes it.
+fn restore(m: &Mounted, at: &str) -> Option<String> {
+    let o = m.agx(["restore", at, "--yes", "--skip-missing"]);
+    let err = hist::stderr(&o);
+    hist::ok(o, &format!("agx restore {at}"));
+    err.lines()
+        .find_map(|l| l.strip_prefix("to undo this restore: agx restore "))
+        .map(|s| s.trim().to_string())
 }
 
 struct Cp {
@@ -247,12 +319,18 @@ fn run(ops: &[Op]) {
     let mut known = Known::default();
     let mut cps: Vec<Cp> = Vec::new();
     for (i, o) in ops.iter().enumerate() {
+        known.see(&root);
         let rule = live_rule(&root);
         let rule = rule.as_deref();
         match o {
             Op::Write { f, tag } => {
-                if write_file(&p(FILES[*f]), format!("w{tag}\n").as_bytes()).is_ok() {
-                    known.change(FILES[*f], rule, i);
+                // A rewrite's new content is stored; a creation's only hashed.
+                let existed = p(FILES[*f]).is_file();
+                if write_file(&p(FILES[*f]), format!("w{tag}\n").as_bytes()).is_ok()
+                    && known.change(FILES[*f], rule, i)
+                    && existed
+                {
+                    known.stored(&p(FILES[*f]));
                 }
             }
             Op::Append { f, tag } => {
@@ -260,8 +338,8 @@ fn run(ops: &[Op]) {
                     .append(true)
                     .open(p(FILES[*f]))
                     .and_then(|mut h| h.write_all(format!("+{tag}\n").as_bytes()));
-                if r.is_ok() {
-                    known.change(FILES[*f], rule, i);
+                if r.is_ok() && known.change(FILES[*f], rule, i) {
+                    known.stored(&p(FILES[*f]));
                 }
             }
             Op::Link { from, to } => {
@@ -317,7 +395,7 @@ fn run(ops: &[Op]) {
                 if !path.is_file() {
                     continue;
                 }
-                known.change(FILES[*f], rule, i);
+                let recorded = known.change(FILES[*f], rule, i);
                 let go = Arc::new(Barrier::new(4));
                 let writers: Vec<_> = (0..4)
                     .map(|w| {
@@ -332,6 +410,9 @@ fn run(ops: &[Op]) {
                     .collect();
                 for w in writers {
                     w.join().unwrap();
+                }
+                if recorded {
+                    known.stored(&path);
                 }
             }
             Op::Ignore { rule: r } => {
@@ -360,16 +441,39 @@ fn run(ops: &[Op]) {
                         .map(|n| n.to_string())
                         .collect()
                 };
+                let kept = |k: &Known, path: &Path| {
+                    std::fs::symlink_metadata(path)
+                        .is_ok_and(|md| k.contents.contains(&(md.dev(), md.ino())))
+                };
+                // The old content comes back only if agx has it, and only through a name
+                // with history (the others are one file with it at the point).
                 let target = bare.join(FILES[*f]);
                 let linked = names(&target);
+                let back = kept(&known, &target) && linked.iter().any(|n| known.history.contains(n));
+                if let Ok(md) = std::fs::symlink_metadata(&target) {
+                    known.contents.remove(&(md.dev(), md.ino()));
+                }
+                let ever: BTreeSet<String> = std::fs::symlink_metadata(&target)
+                    .ok()
+                    .and_then(|md| known.names.get(&(md.dev(), md.ino())).cloned())
+                    .unwrap_or_default();
                 if write_file(&target, format!("o{tag}\n").as_bytes()).is_ok() {
-                    known.lost(FILES[*f], i);
-                    for n in linked {
-                        known.lost(&n, i);
+                    if !back {
+                        // Every name that held this content at some point loses it.
+                        known.lost(FILES[*f], i);
+                        for n in linked.into_iter().chain(ever) {
+                            known.lost(&n, i);
+                        }
                     }
+                    known.contents.remove(&{
+                        let md = std::fs::symlink_metadata(&target).unwrap();
+                        (md.dev(), md.ino())
+                    });
                 }
                 if let Some(r) = also_rm {
-                    if std::fs::remove_file(bare.join(FILES[*r])).is_ok() {
+                    let gone = bare.join(FILES[*r]);
+                    let back = kept(&known, &gone) && known.history.contains(FILES[*r]);
+                    if std::fs::remove_file(&gone).is_ok() && !back {
                         known.lost(FILES[*r], i);
                     }
                 }
@@ -406,7 +510,8 @@ fn run(ops: &[Op]) {
                 }
                 let cp = &cps[k % cps.len()];
                 let skip = known.skip_after(cp.at);
-                hist::restore(&m, &cp.name, &[]);
+                restore(&m, &cp.name);
+                known.contents.clear();
                 let what = format!("op {i}: live tree after restore {}", cp.name);
                 assert_same(&without(&cp.tree, &skip), &without(&snapshot(&root), &skip), &what);
             }
@@ -440,12 +545,12 @@ fn run(ops: &[Op]) {
             }
         }
         let before = snapshot(&root);
-        let undo = hist::restore(&m, &cp.name, &[]);
+        let undo = restore(&m, &cp.name);
         let what = format!("live tree after restore {}", cp.name);
         assert_same(&want, &without(&snapshot(&root), &skip), &what);
         assert_same(&want, &without(&snapshot(&m.project), &skip), &format!("{what} (disk)"));
         if let Some(undo) = undo {
-            hist::restore(&m, &undo, &[]);
+            restore(&m, &undo);
             assert_same(
                 &before,
                 &snapshot(&root),
