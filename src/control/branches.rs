@@ -74,6 +74,7 @@ impl Engine {
                 self.point(r)?
             }
             None => {
+                self.notice_everything()?;
                 self.flush_all()?;
                 self.tl().max_seq()?
             }
