@@ -121,6 +121,31 @@ impl Lower {
         }
     }
 
+    /// The base content of the file `path`, whole.
+    pub fn content(&self, path: &[u8]) -> Result<Vec<u8>, ViewError> {
+        let mut last = Vec::new();
+        for _ in 0..TRIES {
+            let s = self.snapshot()?;
+            match self.views.open(&s, path)? {
+                Source::Stored(data) => return Ok(data.as_ref().clone()),
+                Source::Live(src) => {
+                    let mut v = Vec::new();
+                    std::io::Read::read_to_end(&mut std::fs::File::from(src), &mut v)?;
+                    if self.views.fresh(&s) {
+                        return Ok(v);
+                    }
+                    last = v;
+                }
+            }
+        }
+        // Changed on every try: the stored before-image must be named by now.
+        let s = self.snapshot()?;
+        match self.views.open(&s, path)? {
+            Source::Stored(data) => Ok(data.as_ref().clone()),
+            Source::Live(_) => Ok(last),
+        }
+    }
+
     /// A reader of the base content of `path`, when that is a live file of the main tree;
     /// None when it is a stored version (the caller copies it up and reads its copy).
     pub fn reader(&self, path: &[u8]) -> Result<Option<Reader>, ViewError> {

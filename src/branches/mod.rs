@@ -24,5 +24,6 @@ pub mod lower;
 pub mod marker;
 pub mod merge3;
 pub mod set;
+pub mod sides;
 
 pub use set::{Branches, Tree};

@@ -112,6 +112,11 @@ impl Branches {
             .collect()
     }
 
+    /// The views of past points the branches read their bases from.
+    pub fn views(&self) -> &Arc<Views> {
+        &self.views
+    }
+
     pub fn by_name(&self, name: &str) -> Option<BranchId> {
         self.names
             .read()
@@ -211,6 +216,52 @@ impl Tree {
                 Ok(true)
             }
             None => Ok(false),
+        }
+    }
+
+    /// The object at `path` in the branch, the directories above it filled from the base
+    /// on the way (None: absent).
+    pub fn stat(&self, path: &[u8]) -> std::io::Result<Option<crate::tree::LiveObj>> {
+        let mut dir: Vec<u8> = Vec::new();
+        for c in path.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
+            match crate::tree::stat_checked(self.root(), &dir)? {
+                Some(d) if d.kind == crate::timeline::Kind::Dir => self.fill(&d.fd)?,
+                _ => return Ok(None),
+            }
+            dir = crate::sys::path::join(&dir, c);
+        }
+        Ok(crate::tree::stat_checked(self.root(), path)?)
+    }
+
+    /// The names in the branch's directory `dir` (filled first).
+    pub fn list(&self, dir: &[u8]) -> std::io::Result<Vec<Vec<u8>>> {
+        match self.stat(dir)? {
+            Some(d) if d.kind == crate::timeline::Kind::Dir => {
+                self.fill(&d.fd)?;
+                Ok(crate::tree::list(self.root(), dir))
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// The content of the branch's regular file `o` (its own, or its base's).
+    pub fn content(&self, o: &crate::tree::LiveObj) -> std::io::Result<Vec<u8>> {
+        match self.based(&o.fd)? {
+            Some(base) => self.lower.content(&base).map_err(view_io),
+            None => {
+                use std::os::fd::AsRawFd;
+                let path = format!("/proc/self/fd/{}", o.fd.as_raw_fd());
+                let f = crate::sys::fd::without_atime(|quiet| {
+                    rustix::fs::open(
+                        &path,
+                        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC | quiet,
+                        rustix::fs::Mode::empty(),
+                    )
+                })?;
+                let mut v = Vec::new();
+                std::io::Read::read_to_end(&mut std::fs::File::from(f), &mut v)?;
+                Ok(v)
+            }
         }
     }
 

@@ -3,6 +3,7 @@
 //! change; an error aborts the mutation with that errno and nothing changes.
 
 pub mod config;
+pub mod gate;
 pub mod gitindex;
 pub mod head;
 pub mod ignore;

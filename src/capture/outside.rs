@@ -157,7 +157,7 @@ impl Recorder {
                                 // A link or a change of metadata knows no hash: the one
                                 // this name recorded does, for the same content.
                                 if newer.hash.is_none() && same_stamp(&newer, s) {
-                                    newer.hash = s.hash.clone();
+                                    newer.hash = s.hash;
                                 }
                                 *s = newer;
                             }
@@ -221,6 +221,33 @@ impl Recorder {
             }
         }
         false
+    }
+
+    /// Checks every path with history, once per recorder (per mount in the daemon): what
+    /// a point of the past is built from (a view, `show`, a restore, a branch's base)
+    /// mirrors live paths other than the one asked for (a file renamed since is read where
+    /// it went), and a point named now (a checkpoint) must come after what the tree
+    /// already shows. Concurrent callers wait for the one sweeping. Costs one query and
+    /// one `stat` per path with history; the daemon runs it in the background at mount.
+    pub fn sweep(&self) {
+        let mut done = self.swept.lock().unwrap_or_else(|e| e.into_inner());
+        if *done {
+            return;
+        }
+        let paths = {
+            let tl = self.query.lock().unwrap_or_else(|e| e.into_inner());
+            tl.history_paths(None)
+        };
+        match paths {
+            Ok(paths) => {
+                let n = self.notice_all(paths.iter());
+                if n > 0 {
+                    log::info!("{n} path(s) changed while agx did not record them; recorded");
+                }
+                *done = true;
+            }
+            Err(e) => log::warn!("listing the paths with history: {e}"),
+        }
     }
 
     /// [`Recorder::notice`] for the entries of directory `dir` that have history.

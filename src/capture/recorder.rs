@@ -118,6 +118,8 @@ pub struct Recorder {
     pub(super) pending: super::pending::Pending,
     /// Paths checked for changes made outside agx (`outside.rs`): once per mount.
     pub(super) checked: Mutex<std::collections::HashSet<Vec<u8>>>,
+    /// Every path with history was checked (`outside.rs`, `sweep`).
+    pub(super) swept: Mutex<bool>,
     pub(super) tx: Sender<Job>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
     pub(super) ignore: IgnoreRules,
@@ -130,6 +132,8 @@ pub struct Recorder {
     /// Run before each [`Recorder::flush`]: waits for changes whose end is on its way
     /// (see `fs::settle`). Set once by the mount; unset, a flush does not wait for them.
     settle: std::sync::OnceLock<Settle>,
+    /// See [`super::gate`].
+    pub gate: super::gate::Gate,
 }
 
 /// See [`Recorder::set_settle`].
@@ -232,6 +236,8 @@ impl Recorder {
             query: Mutex::new(query),
             cfg,
             settle: std::sync::OnceLock::new(),
+            gate: Default::default(),
+            swept: Mutex::new(false),
         })
     }
 

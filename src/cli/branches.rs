@@ -188,3 +188,161 @@ pub fn branch(dir: &Path, cmd: BranchCmd, json: bool) -> Result<()> {
         }
     }
 }
+
+fn progress_printer(what: &'static str) -> impl FnMut(usize, usize) {
+    use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
+    move |d, t| {
+        if t > 200 && (d % 100 == 0 || d == t) {
+            if tty {
+                eprint!("\r{what}: {d}/{t}");
+                if d == t {
+                    eprintln!();
+                }
+            } else {
+                eprintln!("{what}: {d}/{t}");
+            }
+        }
+    }
+}
+
+/// `agx merge NAME`: the choices of the command line, checked.
+pub struct MergeArgs {
+    pub name: String,
+    pub dry_run: bool,
+    pub all: Option<&'static str>,
+    pub take: Vec<String>,
+    pub force: bool,
+}
+
+pub fn merge(dir: &Path, a: MergeArgs, json: bool) -> Result<()> {
+    let mut paths = std::collections::BTreeMap::new();
+    for t in &a.take {
+        let Some((path, choice)) = t.rsplit_once('=') else {
+            anyhow::bail!("--take {t}: expected PATH=ours, PATH=theirs or PATH=markers");
+        };
+        if !matches!(choice, "ours" | "theirs" | "markers") {
+            anyhow::bail!("--take {t}: '{choice}' is not ours, theirs or markers");
+        }
+        paths.insert(path.trim_end_matches('/').to_string(), choice.to_string());
+    }
+    let p = Project::open(dir)?;
+    let opts = crate::control::merge::MergeOpts {
+        dry_run: a.dry_run,
+        all: a.all.map(str::to_string),
+        paths,
+        force: a.force,
+    };
+    let mut prog = progress_printer("merging");
+    let v = p.request(
+        Request::Merge {
+            name: a.name.clone(),
+            opts,
+        },
+        &mut prog,
+    )?;
+    let unresolved = v["unresolved"].as_array().map_or(0, |u| u.len());
+    if json {
+        print_json(&v)?;
+    } else {
+        print_merge(&v);
+    }
+    if unresolved > 0 && !a.dry_run {
+        anyhow::bail!(
+            "nothing merged: {unresolved} conflict(s) to settle with --ours, --theirs or --markers (for the run, or per path with --take PATH=CHOICE)"
+        );
+    }
+    let failed = v["failed"].as_array().map_or(0, |f| f.len());
+    if failed > 0 {
+        anyhow::bail!("{failed} change(s) of the merge failed");
+    }
+    Ok(())
+}
+
+fn print_merge(v: &serde_json::Value) {
+    let s = |x: &serde_json::Value| x.as_str().unwrap_or("?").to_string();
+    let changes = v["changes"].as_array().cloned().unwrap_or_default();
+    let conflicts = v["conflicts"].as_array().cloned().unwrap_or_default();
+    let dry = v["dry_run"].as_bool().unwrap_or(false);
+    println!(
+        "merge {} into main (base event:{}): {} change(s), {} conflict(s){}",
+        s(&v["branch"]),
+        v["base"],
+        changes.len(),
+        conflicts.len(),
+        if dry { " (dry run)" } else { "" }
+    );
+    for c in changes.iter().take(500) {
+        let from = c["from"]
+            .as_str()
+            .map(|f| format!(" (from {f})"))
+            .unwrap_or_default();
+        println!("  {:<9} {}{from}", s(&c["action"]), s(&c["path"]));
+    }
+    if changes.len() > 500 {
+        println!("  ... and {} more", changes.len() - 500);
+    }
+    let settled: std::collections::BTreeMap<String, String> = v["settled"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p[0].as_str()?.to_string(), p[1].as_str()?.to_string())))
+        .collect();
+    for c in &conflicts {
+        let path = s(&c["path"]);
+        let how = settled
+            .get(&path)
+            .map(|h| format!(" (settled: {h})"))
+            .unwrap_or_default();
+        println!("  conflict  {path}: {}{how}", s(&c["kind"]));
+        for h in c["hunks"].as_array().into_iter().flatten() {
+            println!("    at line {}:", h["line"]);
+            for (label, k) in [("main", "ours"), ("base", "base"), ("branch", "theirs")] {
+                for line in h[k].as_str().unwrap_or("").lines() {
+                    println!("    {label:<6} | {line}");
+                }
+            }
+        }
+    }
+    if v["applied"].as_bool() == Some(true) {
+        eprintln!("merged {}: {} change(s)", s(&v["branch"]), v["done"]);
+        if let Some(n) = v["first_event"].as_i64() {
+            eprintln!("to undo this merge: agx restore event:{n}");
+        }
+    } else if !dry && conflicts.is_empty() && changes.is_empty() {
+        eprintln!("nothing to merge: the main tree has every change of the branch");
+    }
+}
+
+pub fn switch(dir: &Path, name: &str, force: bool, json: bool) -> Result<()> {
+    let p = Project::open(dir)?;
+    let mut prog = progress_printer("switching");
+    let v = p.request(
+        Request::Switch {
+            name: name.to_string(),
+            force,
+        },
+        &mut prog,
+    )?;
+    if json {
+        print_json(&v)?;
+    } else {
+        println!(
+            "switched the main tree to {}: {} change(s); the main tree as it was is branch {}",
+            v["branch"].as_str().unwrap_or("?"),
+            v["changed"],
+            v["kept_as"].as_str().unwrap_or("?")
+        );
+        if let Some(n) = v["first_event"].as_i64() {
+            eprintln!(
+                "to undo this switch: agx restore event:{n} (or agx switch {})",
+                v["kept_as"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    let failed = v["failed"].as_array().map_or(0, |f| f.len());
+    if failed > 0 {
+        anyhow::bail!("{failed} change(s) of the switch failed");
+    }
+    Ok(())
+}

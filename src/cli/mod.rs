@@ -162,6 +162,44 @@ pub enum Cmd {
     /// Branches: writable copy-on-write views of the project under .agx/branches/NAME/.
     #[command(subcommand)]
     Branch(branches::BranchCmd),
+    /// Bring a branch's changes into the main tree: a three-way merge per file (base: the
+    /// branch's base point). Conflicts are listed with their hunks and nothing changes
+    /// until each has a choice. One recorded operation: the `agx restore event:N` it
+    /// prints undoes it.
+    Merge {
+        /// The branch (NAME or branch:NAME).
+        name: String,
+        /// Show what would change and the conflicts; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Settle every conflict with the main tree's version.
+        #[arg(long, conflicts_with_all = ["theirs", "markers"])]
+        ours: bool,
+        /// Settle every conflict with the branch's version.
+        #[arg(long, conflicts_with = "markers")]
+        theirs: bool,
+        /// Settle text conflicts by writing both versions with conflict markers, as git
+        /// does (other conflicts still need --ours or --theirs).
+        #[arg(long)]
+        markers: bool,
+        /// Settle one path's conflict: PATH=ours, PATH=theirs or PATH=markers (repeat
+        /// for more paths; wins over --ours/--theirs/--markers for that path).
+        #[arg(long = "take", value_name = "PATH=CHOICE")]
+        take: Vec<String>,
+        /// Merge even while files are open for writing in the main tree.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Make the main tree equal to a branch, whole. The main tree as it was is kept as a
+    /// new branch (printed); other changes wait while it runs. One recorded operation:
+    /// switch back, or the `agx restore event:N` it prints, undoes it.
+    Switch {
+        /// The branch (NAME or branch:NAME).
+        name: String,
+        /// Switch even while files are open for writing in the main tree.
+        #[arg(long)]
+        force: bool,
+    },
     /// Keep the point REF restorable in full whatever gc does (alone: list the pins).
     Pin {
         #[arg(value_name = "REF")]
@@ -331,6 +369,41 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Branch(cmd) => {
             crate::logging::init(log::LevelFilter::Warn);
             branches::branch(&project_dir(cli.dir.as_deref()), cmd, cli.json)
+        }
+        Cmd::Merge {
+            name,
+            dry_run,
+            ours,
+            theirs,
+            markers,
+            take,
+            force,
+        } => {
+            crate::logging::init(log::LevelFilter::Warn);
+            let all = if ours {
+                Some("ours")
+            } else if theirs {
+                Some("theirs")
+            } else if markers {
+                Some("markers")
+            } else {
+                None
+            };
+            branches::merge(
+                &project_dir(cli.dir.as_deref()),
+                branches::MergeArgs {
+                    name,
+                    dry_run,
+                    all,
+                    take,
+                    force,
+                },
+                cli.json,
+            )
+        }
+        Cmd::Switch { name, force } => {
+            crate::logging::init(log::LevelFilter::Warn);
+            branches::switch(&project_dir(cli.dir.as_deref()), &name, force, cli.json)
         }
         Cmd::Pin { at } => {
             crate::logging::init(log::LevelFilter::Warn);

@@ -48,7 +48,7 @@ fn name_problem(name: &str) -> Option<String> {
 
 impl Engine {
     /// Tells the daemon's branch set (if any) that branches changed.
-    fn branches_changed(&self) {
+    pub(super) fn branches_changed(&self) {
         if let Some(b) = self.branches() {
             b.reload();
         }
@@ -56,6 +56,19 @@ impl Engine {
 
     /// Makes branch `name` with base `from` (a REF; default: now).
     pub fn branch_create(
+        &self,
+        name: &str,
+        from: Option<&str>,
+        caller: &Actor,
+    ) -> Result<Branch, EngineError> {
+        let b = self.branch_row(name, from, caller)?;
+        self.branches_changed();
+        Ok(b)
+    }
+
+    /// [`Engine::branch_create`] without telling the daemon's branch set (the kernel) yet:
+    /// for a caller that holds the tree's gate, where the kernel must not be waited for.
+    pub(super) fn branch_row(
         &self,
         name: &str,
         from: Option<&str>,
@@ -101,10 +114,7 @@ impl Engine {
             .as_deref()
             .and_then(|s| s.parse().ok())
             .map(crate::ids::SessionId);
-        let b = tl.add_branch(name, base, now_ns(), Some(&creator), session, from)?;
-        drop(tl);
-        self.branches_changed();
-        Ok(b)
+        Ok(tl.add_branch(name, base, now_ns(), Some(&creator), session, from)?)
     }
 
     fn info(&self, b: Branch) -> Result<BranchInfo, EngineError> {

@@ -131,6 +131,14 @@ pub fn handle(
         Request::BranchShow { name } => json(engine.branch_show(&name).map_err(e)?),
         Request::BranchRename { old, new } => json(engine.branch_rename(&old, &new).map_err(e)?),
         Request::BranchDelete { name } => json(engine.branch_delete(&name, caller).map_err(e)?),
+        Request::Merge { name, opts } => {
+            let (report, _) = engine.merge(&name, &opts, caller, progress).map_err(e)?;
+            json(report)
+        }
+        Request::Switch { name, force } => {
+            let (report, _) = engine.switch(&name, force, caller, progress).map_err(e)?;
+            json(report)
+        }
         Request::Unmount { lazy } => {
             engine.refuse_to_agents(caller, "agx unmount").map_err(e)?;
             crate::mount::stop::unmount_requested(lazy).map_err(|x| x.to_string())?;

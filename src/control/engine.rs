@@ -133,9 +133,6 @@ pub struct Engine {
     pub attrib: Arc<crate::attribution::Attributor>,
     /// The branches the daemon serves (set by the mount; unset in a local command).
     branches: std::sync::OnceLock<Arc<crate::branches::Branches>>,
-    /// Every path with history was checked for changes made outside agx (see
-    /// [`Engine::notice_everything`]).
-    noticed_all: std::sync::atomic::AtomicBool,
     /// Holds the project's lock (`.agx/lock`) for as long as the engine lives.
     _lock: OwnedFd,
 }
@@ -218,7 +215,6 @@ impl Engine {
             on_restore: Mutex::new(None),
             attrib: Arc::default(),
             branches: std::sync::OnceLock::new(),
-            noticed_all: std::sync::atomic::AtomicBool::new(false),
             _lock: lock,
         };
         engine.load_sessions()?;
@@ -297,16 +293,11 @@ impl Engine {
     /// Records every change made outside agx that the mount has not noticed yet, before
     /// a command names the current point (a checkpoint, a branch, a session's start): a
     /// point must come after what the tree already showed, or a restore to it would undo
-    /// a change made before it (a file removed while unmounted would come back). Once per
-    /// engine: afterwards every path is checked at its first lookup, before any change.
-    /// The first call costs a query and a `stat` per path with history.
+    /// a change made before it (a file removed while unmounted would come back). See
+    /// `Recorder::sweep`: once per mount.
     pub(crate) fn notice_everything(&self) -> Result<(), EngineError> {
-        use std::sync::atomic::Ordering;
-        if self.noticed_all.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        self.notice_for(&[])?;
-        self.noticed_all.store(true, Ordering::Release);
+        self.recorder.sweep();
+        self.recorder.flush();
         Ok(())
     }
 
@@ -314,7 +305,12 @@ impl Engine {
     /// are recorded.
     pub(crate) fn noticed_point(&self, r: &str, paths: &[Vec<u8>]) -> Result<Seq, EngineError> {
         self.recorder.flush();
-        self.notice_for(paths)?;
+        // The state at a point mirrors live paths other than `paths` (renamed since):
+        // every path with history is checked, once per mount.
+        self.recorder.sweep();
+        if !paths.is_empty() {
+            self.notice_for(paths)?;
+        }
         self.point(r)
     }
 

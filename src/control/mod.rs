@@ -12,6 +12,7 @@ pub mod dispatch;
 pub mod engine;
 pub mod hooks;
 pub mod keep;
+pub mod merge;
 pub mod proto;
 pub mod restore;
 pub mod server;

@@ -123,6 +123,18 @@ pub enum Request {
     BranchDelete {
         name: String,
     },
+    /// `agx merge NAME`: the branch's changes into the main tree.
+    Merge {
+        name: String,
+        #[serde(flatten)]
+        opts: crate::control::merge::MergeOpts,
+    },
+    /// `agx switch NAME`: the main tree becomes the branch.
+    Switch {
+        name: String,
+        #[serde(default)]
+        force: bool,
+    },
     /// `agx unmount`: the daemon checks the caller (refused to agent sessions, as gc) and
     /// unmounts itself, so it knows the stop was asked for (`mount::stop`).
     Unmount {

@@ -171,6 +171,8 @@ impl Filesystem for AgxFs {
         reply: ReplyAttr,
     ) {
         guard("setattr", || {
+            // A change: waits while agx rewrites the tree (see `capture::gate`).
+            let _pass = self.rec.gate.pass();
             let set = SetAttr {
                 mode,
                 uid,
@@ -211,6 +213,8 @@ impl Filesystem for AgxFs {
         reply: ReplyEntry,
     ) {
         guard("mknod", || {
+            // A change: waits while agx rewrites the tree (see `capture::gate`).
+            let _pass = self.rec.gate.pass();
             let r = self.do_mknod(id(parent), name, mode, rdev, caller_with_umask(req, umask));
             self.reply_entry(reply, r);
         });
@@ -226,6 +230,8 @@ impl Filesystem for AgxFs {
         reply: ReplyEntry,
     ) {
         guard("mkdir", || {
+            // A change: waits while agx rewrites the tree (see `capture::gate`).
+            let _pass = self.rec.gate.pass();
             let r = self.do_mkdir(id(parent), name, mode, caller_with_umask(req, umask));
             self.reply_entry(reply, r);
         });
@@ -233,12 +239,16 @@ impl Filesystem for AgxFs {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         guard("unlink", || {
+            // A change: waits while agx rewrites the tree (see `capture::gate`).
+            let _pass = self.rec.gate.pass();
             reply_empty(reply, self.do_remove(id(parent), name, false, caller(req)));
         });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         guard("rmdir", || {
+            // A change: waits while agx rewrites the tree (see `capture::gate`).
+            let _pass = self.rec.gate.pass();
             reply_empty(reply, self.do_remove(id(parent), name, true, caller(req)));
         });
     }
@@ -252,6 +262,8 @@ impl Filesystem for AgxFs {
         reply: ReplyEntry,
     ) {
         guard("symlink", || {
+            // A change: waits while agx rewrites the tree (see `capture::gate`).
+            let _pass = self.rec.gate.pass();
             let r = self.do_symlink(id(parent), link_name, target, caller(req));
             self.reply_entry(reply, r);
         });
@@ -268,6 +280,8 @@ impl Filesystem for AgxFs {
         reply: ReplyEmpty,
     ) {
         guard("rename", || {
+            // A change: waits while agx rewrites the tree (see `capture::gate`).
+            let _pass = self.rec.gate.pass();
             reply_empty(
                 reply,
                 self.do_rename(
@@ -291,6 +305,8 @@ impl Filesystem for AgxFs {
         reply: ReplyEntry,
     ) {
         guard("link", || {
+            // A change: waits while agx rewrites the tree (see `capture::gate`).
+            let _pass = self.rec.gate.pass();
             let r = self.do_link(id(ino), id(newparent), newname, caller(req));
             self.reply_entry(reply, r);
         });
@@ -298,6 +314,10 @@ impl Filesystem for AgxFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         guard("open", || {
+            // An open that can change the file waits while agx rewrites the tree.
+            let writes =
+                flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
+            let _pass = writes.then(|| self.rec.gate.pass());
             if id(ino).is_view() {
                 match self.view_open(id(ino), flags.0) {
                     // No FOPEN_KEEP_CACHE: every open reads afresh.
@@ -362,6 +382,8 @@ impl Filesystem for AgxFs {
         reply: ReplyWrite,
     ) {
         guard("write", || {
+            // A change: waits while agx rewrites the tree (see `capture::gate`).
+            let _pass = self.rec.gate.pass();
             match self.do_write(
                 hid(fh),
                 offset,
@@ -546,6 +568,8 @@ impl Filesystem for AgxFs {
         reply: ReplyEmpty,
     ) {
         guard("setxattr", || {
+            // A change: waits while agx rewrites the tree (see `capture::gate`).
+            let _pass = self.rec.gate.pass();
             reply_empty(
                 reply,
                 self.do_setxattr(id(ino), name, value, flags, req.pid()),
@@ -568,6 +592,8 @@ impl Filesystem for AgxFs {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         guard("removexattr", || {
+            // A change: waits while agx rewrites the tree (see `capture::gate`).
+            let _pass = self.rec.gate.pass();
             reply_empty(reply, self.do_removexattr(id(ino), name, req.pid()));
         });
     }
@@ -590,6 +616,8 @@ impl Filesystem for AgxFs {
         reply: ReplyCreate,
     ) {
         guard("create", || {
+            // A change: waits while agx rewrites the tree (see `capture::gate`).
+            let _pass = self.rec.gate.pass();
             let r = self.do_create(
                 id(parent),
                 name,
@@ -635,6 +663,8 @@ impl Filesystem for AgxFs {
         reply: ReplyEmpty,
     ) {
         guard("fallocate", || {
+            // A change: waits while agx rewrites the tree (see `capture::gate`).
+            let _pass = self.rec.gate.pass();
             reply_empty(
                 reply,
                 self.do_fallocate(hid(fh), offset, length, mode, caller(req)),
@@ -676,6 +706,8 @@ impl Filesystem for AgxFs {
         reply: ReplyIoctl,
     ) {
         guard("ioctl", || {
+            // A change: waits while agx rewrites the tree (see `capture::gate`).
+            let _pass = self.rec.gate.pass();
             // The file attribute ioctls (lsattr, chattr) are served (fs/fileattr.rs);
             // every other command is ENOTTY, and quietly: isatty() asks TCGETS of nearly
             // every file a program opens, and the kernel does not remember a refusal.
@@ -700,6 +732,8 @@ impl Filesystem for AgxFs {
         reply: ReplyWrite,
     ) {
         guard("copy_file_range", || {
+            // A change: waits while agx rewrites the tree (see `capture::gate`).
+            let _pass = self.rec.gate.pass();
             match self.do_copy_file_range(
                 hid(fh_in),
                 offset_in,

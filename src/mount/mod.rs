@@ -460,6 +460,14 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
     if let Err(e) = engine.record_mount() {
         log::warn!("could not record the mount in the timeline: {e}");
     }
+    // Changes made while nothing was mounted become history now, in the background:
+    // mounting stays O(1), and what needs them first (a view, a checkpoint) waits.
+    {
+        let rec = engine.recorder.clone();
+        let _ = std::thread::Builder::new()
+            .name("agx-sweep".into())
+            .spawn(move || rec.sweep());
+    }
     let socket = control::paths(&p.project)?.socket;
     let _server = control::server::start(&socket, engine.clone())
         .map_err(|e| MountError::io(format!("control socket {}", socket.display()), e))?;

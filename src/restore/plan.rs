@@ -396,8 +396,9 @@ impl Plan {
     ) -> Result<Plan, RestoreError> {
         let mut steps = Steps::new(root, max_size);
         for (c, want) in wants {
-            let have = live::stat_checked(root, &c)
-                .map_err(|e| RestoreError::Other(format!("{}: {e}", String::from_utf8_lossy(&c))))?;
+            let have = live::stat_checked(root, &c).map_err(|e| {
+                RestoreError::Other(format!("{}: {e}", String::from_utf8_lossy(&c)))
+            })?;
             steps.path(&c, want, have, false);
         }
         let (steps, skipped) = steps.finish();

@@ -125,6 +125,9 @@ impl Views {
     }
 
     fn model_at(&self, point: Seq) -> Result<Snapshot, ViewError> {
+        // A past tree mirrors live paths: changes made outside agx to any of them are
+        // history first (once per mount; see `Recorder::sweep`).
+        self.recorder.sweep();
         let key = self.recorder.changes();
         if let Some(s) = self.cached(point) {
             if s.key == key {

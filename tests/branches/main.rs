@@ -13,7 +13,9 @@ mod util;
 mod basics;
 mod crash;
 mod isolation;
+mod merge;
 mod prop;
+mod switch;
 mod tools;
 
 use std::path::{Path, PathBuf};

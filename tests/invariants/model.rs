@@ -35,28 +35,63 @@ const MODES: &[u32] = &[0o644, 0o600, 0o755, 0o640];
 #[derive(Clone, Debug)]
 enum Op {
     /// Rewritten with O_TRUNC (made if missing).
-    Write { f: usize, tag: u8 },
-    Append { f: usize, tag: u8 },
+    Write {
+        f: usize,
+        tag: u8,
+    },
+    Append {
+        f: usize,
+        tag: u8,
+    },
     /// `to` becomes another name of `from`.
-    Link { from: usize, to: usize },
+    Link {
+        from: usize,
+        to: usize,
+    },
     /// A rename, over `to` when it exists.
-    Rename { f: usize, to: usize },
+    Rename {
+        f: usize,
+        to: usize,
+    },
     /// An editor's save: a new file renamed over the name.
-    Replace { f: usize, tag: u8 },
-    Unlink { f: usize },
-    Chmod { e: usize, mode: usize },
-    Chown { e: usize, owner: usize },
+    Replace {
+        f: usize,
+        tag: u8,
+    },
+    Unlink {
+        f: usize,
+    },
+    Chmod {
+        e: usize,
+        mode: usize,
+    },
+    Chown {
+        e: usize,
+        owner: usize,
+    },
     /// Four writers each rewriting the file three times (O_TRUNC), released together.
-    Race { f: usize },
+    Race {
+        f: usize,
+    },
     /// The root `.gitignore` holds this rule (None: removed).
-    Ignore { rule: Option<usize> },
+    Ignore {
+        rule: Option<usize>,
+    },
     /// Unmount, edit the bare files, mount again.
-    Outside { f: usize, tag: u8, also_rm: Option<usize> },
+    Outside {
+        f: usize,
+        tag: u8,
+        also_rm: Option<usize>,
+    },
     /// `rm -rf` of a directory, or `mkdir` of one that is missing.
-    Dir { d: usize },
+    Dir {
+        d: usize,
+    },
     Checkpoint,
     /// Restore to an earlier checkpoint now (its index modulo those taken).
-    Restore { k: usize },
+    Restore {
+        k: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -104,7 +139,11 @@ fn walk(root: &Path, rel: &str, out: &mut Vec<(String, std::fs::Metadata)>) {
         if rel.is_empty() && n == ".agx" {
             continue;
         }
-        let path = if rel.is_empty() { n } else { format!("{rel}/{n}") };
+        let path = if rel.is_empty() {
+            n
+        } else {
+            format!("{rel}/{n}")
+        };
         let md = std::fs::symlink_metadata(root.join(&path)).unwrap();
         let dir = md.is_dir();
         out.push((path.clone(), md));
@@ -137,7 +176,10 @@ fn snapshot(root: &Path) -> Tree {
             hist::Obj::Other
         };
         if md.is_file() && md.nlink() > 1 {
-            by_ino.entry((md.dev(), md.ino())).or_default().push(key.clone());
+            by_ino
+                .entry((md.dev(), md.ino()))
+                .or_default()
+                .push(key.clone());
         }
         out.insert(
             key,
@@ -193,7 +235,11 @@ fn assert_same(want: &Tree, got: &Tree, what: &str) {
         .filter(|k| want.get(*k) != got.get(*k))
         .map(|k| format!("{k}: want {:?}\n      got  {:?}", want.get(k), got.get(k)))
         .collect();
-    assert!(diff.is_empty(), "{what}: trees differ:\n  {}", diff.join("\n  "));
+    assert!(
+        diff.is_empty(),
+        "{what}: trees differ:\n  {}",
+        diff.join("\n  ")
+    );
 }
 
 /// What the test knows of capture: which paths have history, and when a change of a path
@@ -203,12 +249,12 @@ struct Known {
     history: BTreeSet<String>,
     /// Path -> the op indices at which a change of it passed unrecorded.
     unrecorded: BTreeMap<String, Vec<usize>>,
-    /// Every name each file (device, inode) was seen under, through the mount.
-    names: BTreeMap<(u64, u64), BTreeSet<String>>,
-    /// Files (device, inode) whose current content agx keeps: rewritten through the mount
+    /// Every name each file (by inode: the mount shows the disk's numbers) was seen under.
+    names: BTreeMap<u64, BTreeSet<String>>,
+    /// Files (inode) whose current content agx keeps: rewritten through the mount
     /// and recorded (a new file's content is only hashed). Emptied by a restore (what it
     /// leaves is not followed here).
-    contents: BTreeSet<(u64, u64)>,
+    contents: BTreeSet<u64>,
 }
 
 fn rule_matches(rule: &str, path: &str) -> bool {
@@ -248,7 +294,7 @@ impl Known {
         for f in FILES {
             if let Ok(md) = std::fs::symlink_metadata(root.join(f)) {
                 self.names
-                    .entry((md.dev(), md.ino()))
+                    .entry(md.ino())
                     .or_default()
                     .insert(f.to_string());
             }
@@ -258,7 +304,7 @@ impl Known {
     /// The content of the file at `path` (through the mount) was recorded: agx has it.
     fn stored(&mut self, path: &Path) {
         if let Ok(md) = std::fs::symlink_metadata(path) {
-            self.contents.insert((md.dev(), md.ino()));
+            self.contents.insert(md.ino());
         }
     }
 
@@ -355,7 +401,11 @@ fn run(ops: &[Op]) {
             }
             Op::Replace { f, tag } => {
                 let name = FILES[*f];
-                let dir = Path::new(name).parent().unwrap().to_string_lossy().into_owned();
+                let dir = Path::new(name)
+                    .parent()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
                 let tmp = if dir.is_empty() {
                     ".save.tmp".to_string()
                 } else {
@@ -442,20 +492,20 @@ fn run(ops: &[Op]) {
                         .collect()
                 };
                 let kept = |k: &Known, path: &Path| {
-                    std::fs::symlink_metadata(path)
-                        .is_ok_and(|md| k.contents.contains(&(md.dev(), md.ino())))
+                    std::fs::symlink_metadata(path).is_ok_and(|md| k.contents.contains(&md.ino()))
                 };
                 // The old content comes back only if agx has it, and only through a name
                 // with history (the others are one file with it at the point).
                 let target = bare.join(FILES[*f]);
                 let linked = names(&target);
-                let back = kept(&known, &target) && linked.iter().any(|n| known.history.contains(n));
+                let back =
+                    kept(&known, &target) && linked.iter().any(|n| known.history.contains(n));
                 if let Ok(md) = std::fs::symlink_metadata(&target) {
-                    known.contents.remove(&(md.dev(), md.ino()));
+                    known.contents.remove(&md.ino());
                 }
                 let ever: BTreeSet<String> = std::fs::symlink_metadata(&target)
                     .ok()
-                    .and_then(|md| known.names.get(&(md.dev(), md.ino())).cloned())
+                    .and_then(|md| known.names.get(&md.ino()).cloned())
                     .unwrap_or_default();
                 if write_file(&target, format!("o{tag}\n").as_bytes()).is_ok() {
                     if !back {
@@ -465,16 +515,23 @@ fn run(ops: &[Op]) {
                             known.lost(&n, i);
                         }
                     }
-                    known.contents.remove(&{
-                        let md = std::fs::symlink_metadata(&target).unwrap();
-                        (md.dev(), md.ino())
-                    });
+                    known
+                        .contents
+                        .remove(&std::fs::symlink_metadata(&target).unwrap().ino());
                 }
                 if let Some(r) = also_rm {
                     let gone = bare.join(FILES[*r]);
                     let back = kept(&known, &gone) && known.history.contains(FILES[*r]);
+                    let ever: BTreeSet<String> = std::fs::symlink_metadata(&gone)
+                        .ok()
+                        .and_then(|md| known.names.get(&md.ino()).cloned())
+                        .unwrap_or_default();
                     if std::fs::remove_file(&gone).is_ok() && !back {
+                        // Every name that held this content at some point loses it.
                         known.lost(FILES[*r], i);
+                        for n in ever {
+                            known.lost(&n, i);
+                        }
                     }
                 }
                 m.remount();
@@ -513,7 +570,11 @@ fn run(ops: &[Op]) {
                 restore(&m, &cp.name);
                 known.contents.clear();
                 let what = format!("op {i}: live tree after restore {}", cp.name);
-                assert_same(&without(&cp.tree, &skip), &without(&snapshot(&root), &skip), &what);
+                assert_same(
+                    &without(&cp.tree, &skip),
+                    &without(&snapshot(&root), &skip),
+                    &what,
+                );
             }
         }
     }
@@ -525,7 +586,15 @@ fn run(ops: &[Op]) {
         // are one file (every file of a view has one link).
         let unlinked = |t: &Tree| -> Tree {
             t.iter()
-                .map(|(p, n)| (p.clone(), Node { group: None, ..n.clone() }))
+                .map(|(p, n)| {
+                    (
+                        p.clone(),
+                        Node {
+                            group: None,
+                            ..n.clone()
+                        },
+                    )
+                })
                 .collect()
         };
         let view = root.join(".agx/at").join(&cp.name);
@@ -548,7 +617,11 @@ fn run(ops: &[Op]) {
         let undo = restore(&m, &cp.name);
         let what = format!("live tree after restore {}", cp.name);
         assert_same(&want, &without(&snapshot(&root), &skip), &what);
-        assert_same(&want, &without(&snapshot(&m.project), &skip), &format!("{what} (disk)"));
+        assert_same(
+            &want,
+            &without(&snapshot(&m.project), &skip),
+            &format!("{what} (disk)"),
+        );
         if let Some(undo) = undo {
             restore(&m, &undo);
             assert_same(
