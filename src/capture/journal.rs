@@ -14,6 +14,10 @@ use crate::tree::state::Stamp;
 
 pub const NAME: &str = "journal";
 
+/// Room kept allocated past the journal's end (see [`Journal::preallocate`]): 1 MiB, a few
+/// thousand records. Safe to change; larger keeps more removals recordable on a full disk.
+const PREALLOC: u64 = 1 << 20;
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "lowercase")]
 pub enum Record {
@@ -61,12 +65,28 @@ impl Journal {
         )?;
         let file = std::fs::File::from(fd);
         let len = file.metadata()?.len();
-        Ok(Journal {
+        let j = Journal {
             file,
             fsync,
             len,
             deferred: Vec::new(),
-        })
+        };
+        j.preallocate();
+        Ok(j)
+    }
+
+    /// Allocates [`PREALLOC`] bytes past the end (the size stays): appends land in blocks
+    /// the file already has, so agx can still record removals on a disk that is full to
+    /// the last block (an unlink keeps its object by a hard link, which takes no block;
+    /// its journal line is all it writes). Best effort: a filesystem without fallocate
+    /// simply allocates as it appends.
+    fn preallocate(&self) {
+        let _ = rustix::fs::fallocate(
+            &self.file,
+            rustix::fs::FallocateFlags::KEEP_SIZE,
+            self.len,
+            PREALLOC,
+        );
     }
 
     /// Appends one record, after any deferred ones, with a single write. Records that
@@ -143,6 +163,7 @@ impl Journal {
             self.file.sync_data()?;
         }
         self.len = 0;
+        self.preallocate();
         Ok(())
     }
 }

@@ -189,7 +189,8 @@ impl Recorder {
             reserve: super::reserve::Reserve::open(agx),
             unsaved: Default::default(),
         });
-        let last = super::recovery::recover(&shared, agx, &mut timeline)?;
+        let recovered = super::recovery::recover(&shared, agx, &mut timeline)?;
+        let last = recovered.last;
         // History the database lost (see `head.rs`): refused unless the caller reports it.
         let (lost, next) = {
             let mut head = shared.head.lock().unwrap_or_else(|e| e.into_inner());
@@ -216,7 +217,7 @@ impl Recorder {
         let w_shared = shared.clone();
         let worker = std::thread::Builder::new()
             .name("agx-capture".into())
-            .spawn(move || super::worker::run(w_shared, timeline, rx))
+            .spawn(move || super::worker::run(w_shared, timeline, rx, recovered))
             .map_err(super::CaptureError::io("starting the capture worker"))?;
         shared.slots.set_worker(worker.thread().clone());
         Ok(Recorder {

@@ -150,11 +150,42 @@ fn overlap(a: &Event, b: &Event) -> bool {
 }
 
 /// Returns the highest sequence number in use.
+/// What recovery leaves for the worker: on a full disk, events the timeline could not take
+/// yet (and whether the journal must be kept for the next start).
+pub(super) struct Recovered {
+    /// The highest sequence number the journal or the timeline knows.
+    pub last: Seq,
+    /// Events to insert once there is room (the worker keeps trying).
+    pub unsaved: Vec<super::worker::Finished>,
+    /// A before-image only the journal holds could not be stored: keep the journal.
+    pub keep_journal: bool,
+}
+
+/// Whether a store error is a full disk: recovery then leaves the content where it is
+/// (the journal record, staging) for the next start instead of failing the mount.
+fn store_full(e: &crate::store::StoreError) -> bool {
+    matches!(e, crate::store::StoreError::Io { source, .. } if super::reserve::is_full(source))
+}
+
+/// Stores a before-image held by a journal record; false when the disk is full (the
+/// record must then be kept).
+fn store_inline(shared: &Shared, bytes: &[u8]) -> Result<bool, CaptureError> {
+    match shared.store.put(bytes, None) {
+        Ok(_) => Ok(true),
+        Err(e) if store_full(&e) => {
+            log::error!("recovery: no room to store a before-image; the journal keeps it for the next start");
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 pub(super) fn recover(
     shared: &Shared,
     agx: &OwnedFd,
     timeline: &mut Timeline,
-) -> Result<Seq, CaptureError> {
+) -> Result<Recovered, CaptureError> {
+    let mut keep_journal = false;
     let records = journal::read_all(agx).map_err(CaptureError::io("reading the journal"))?;
     let mut max = timeline.max_seq()?.0;
     let mut begins = BTreeMap::new();
@@ -201,7 +232,7 @@ pub(super) fn recover(
         // its record is stored now.
         if timeline.get(Seq(seq))?.is_some() {
             if let Some(bytes) = &inline {
-                shared.store.put(bytes, None)?;
+                keep_journal |= !store_inline(shared, bytes)?;
             }
             continue;
         }
@@ -245,7 +276,7 @@ pub(super) fn recover(
         // journal is emptied below.
         if done.unsettled {
             if let Some(bytes) = inline {
-                shared.store.put(bytes, None)?;
+                keep_journal |= !store_inline(shared, bytes)?;
             }
         }
         // A committed event ran (drop it only when it provably changed nothing); one
@@ -260,12 +291,26 @@ pub(super) fn recover(
             dropped.push(done);
         }
     }
+    let mut unsaved = Vec::new();
     if !recovered.is_empty() {
         log::warn!(
             "recovered {} event(s) an interrupted run had not recorded",
             recovered.len()
         );
-        super::worker::insert_with_room(shared, timeline, &recovered)?;
+        match super::worker::insert_with_room(shared, timeline, &recovered) {
+            Ok(()) => {}
+            // A full disk: the worker keeps them (and the journal) and tries again, as it
+            // does for its own batches; the mount goes on.
+            Err(e) if super::worker::timeline_full(&e) => {
+                log::error!(
+                    "timeline: no room for {} recovered event(s) now; they wait in the journal and are tried again",
+                    recovered.len()
+                );
+                unsaved = std::mem::take(&mut recovered);
+                keep_journal = true;
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     // Their before-images are stored and the events recorded: the staged copies can go.
     for f in recovered.iter().chain(&dropped) {
@@ -282,11 +327,17 @@ pub(super) fn recover(
             Err(e) => log::error!("staging: cannot store leftover {name}: {e}"),
         }
     }
-    shared
-        .journal
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .truncate()
-        .map_err(CaptureError::io("truncating the journal"))?;
-    Ok(Seq(max))
+    if !keep_journal {
+        shared
+            .journal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .truncate()
+            .map_err(CaptureError::io("truncating the journal"))?;
+    }
+    Ok(Recovered {
+        last: Seq(max),
+        unsaved,
+        keep_journal,
+    })
 }

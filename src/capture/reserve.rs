@@ -93,6 +93,20 @@ impl Reserve {
         }
     }
 
+    /// Whether a copy of `bytes` (a before-image) may go ahead: always while the room is
+    /// held (the filesystem itself then says when it is full); once it is given back,
+    /// only while the copy leaves the reserve's size free, so the records that the
+    /// reserve's room was given back for (journal lines, staging links, timeline pages)
+    /// keep it.
+    pub fn room_for_copy(&self, bytes: u64) -> bool {
+        if !self.released() {
+            return true;
+        }
+        let Some(f) = &self.file else { return true };
+        let free = rustix::fs::fstatvfs(f).map_or(0, |s| s.f_bavail * s.f_frsize);
+        free >= bytes.saturating_add(self.size)
+    }
+
     /// Whether the room is given back (the disk was full).
     pub fn released(&self) -> bool {
         self.file.is_some() && !self.held.load(Ordering::SeqCst)

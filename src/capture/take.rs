@@ -162,6 +162,11 @@ impl Recorder {
                 return Ok((state, Held::Inline(bytes), true));
             }
         }
+        // On a full disk the room agx gave back is for its records, never for content.
+        let size = rustix::fs::fstat(&file).map_or(0, |st| st.st_size as u64);
+        if !self.shared.reserve.room_for_copy(size) {
+            return Err(fuser::Errno::ENOSPC);
+        }
         let staged = self
             .shared
             .staging

@@ -28,6 +28,14 @@ pub(super) fn ingest_staged(
         .staging
         .open_read(name)
         .map_err(super::CaptureError::io("staging"))?;
+    // On a full disk the room agx gave back is for its records: a before-image the store
+    // has no room for waits in staging (see `settle_staged`).
+    let size = f.metadata().map_or(0, |m| m.len());
+    if !shared.reserve.room_for_copy(size) {
+        return Err(super::CaptureError::io("storing a before-image")(
+            std::io::Error::from_raw_os_error(libc::ENOSPC),
+        ));
+    }
     let put = shared.store.put_reader(f, base)?;
     Ok(put.hash)
 }
@@ -68,7 +76,11 @@ pub(super) fn ingest_live(
     };
     // Through the open file: its xattrs are read without a path lookup.
     let meta = meta_of(file, &st);
-    let stored = keep && st.st_size as u64 <= shared.max_size;
+    // An after-image is kept only where there is room for content (see `reserve`); it is
+    // hashed either way.
+    let stored = keep
+        && st.st_size as u64 <= shared.max_size
+        && shared.reserve.room_for_copy(st.st_size as u64);
     let hash = if stored {
         shared
             .store
@@ -341,21 +353,24 @@ fn next_job(
 /// take (a full disk); a flush tries at once.
 const RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// Whether the timeline failed for want of room on the disk.
+pub(super) fn timeline_full(e: &crate::timeline::TimelineError) -> bool {
+    matches!(
+        e,
+        crate::timeline::TimelineError::Sql(rusqlite::Error::SqliteFailure(f, _))
+            if matches!(f.code, rusqlite::ErrorCode::DiskFull | rusqlite::ErrorCode::SystemIoFailure)
+                && f.extended_code != rusqlite::ffi::SQLITE_IOERR_CORRUPTFS
+    )
+}
+
 /// Inserts `batch`; on a full disk gives back agx's reserved room and tries once more.
 pub(super) fn insert_with_room(
     shared: &Shared,
     timeline: &mut Timeline,
     batch: &[Finished],
 ) -> Result<(), crate::timeline::TimelineError> {
-    let full = |e: &crate::timeline::TimelineError| {
-        matches!(
-            e,
-            crate::timeline::TimelineError::Sql(rusqlite::Error::SqliteFailure(f, _))
-                if f.code == rusqlite::ErrorCode::DiskFull
-        )
-    };
     match timeline.insert(batch.iter().map(|f| &f.event)) {
-        Err(e) if full(&e) && shared.reserve.release() => {
+        Err(e) if timeline_full(&e) && shared.reserve.release() => {
             timeline.insert(batch.iter().map(|f| &f.event))
         }
         r => r,
@@ -387,13 +402,19 @@ fn needs_base(t: &Ticket, after: &After) -> bool {
 /// behind, and then it has the CPU. Safe to change between 0 and 19.
 const NICE: i32 = 10;
 
-pub(super) fn run(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>) {
+pub(super) fn run(
+    shared: Arc<Shared>,
+    mut timeline: Timeline,
+    rx: Receiver<Job>,
+    recovered: super::recovery::Recovered,
+) {
     // This thread only (Linux keeps a nice value per thread).
     if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), NICE) {
         log::debug!("capture worker: cannot lower its priority: {e}");
     }
-    // Events to insert, with the staged files to remove once they are in the timeline.
-    let mut batch: Vec<Finished> = Vec::new();
+    // Events to insert, with the staged files to remove once they are in the timeline
+    // (recovery's, when the disk had no room for them at the start).
+    let mut batch: Vec<Finished> = recovered.unsaved;
     let mut settled = 0i64;
     // When the oldest job of the open batch was finished.
     let mut opened: Option<std::time::Instant> = None;
@@ -401,9 +422,14 @@ pub(super) fn run(shared: Arc<Shared>, mut timeline: Timeline, rx: Receiver<Job>
     let mut stop = false;
     // Set once events could not be written to the timeline: the journal then keeps every
     // record until the next start recovers them.
-    let mut keep_journal = false;
+    let mut keep_journal = recovered.keep_journal;
     // Set while the batch could not be written: when to try again.
     let mut retry_at: Option<std::time::Instant> = None;
+    if !batch.is_empty() {
+        shared.unsaved.store(batch.len(), Ordering::SeqCst);
+        batch.iter().for_each(|f| shared.recent.add(&f.event));
+        retry_at = Some(std::time::Instant::now() + RETRY);
+    }
     while !stop {
         let job = match next_job(&rx, opened, last_job) {
             Ok(j) => j,
