@@ -233,6 +233,31 @@ impl Tree {
         Ok(crate::tree::stat_checked(self.root(), path)?)
     }
 
+    /// Makes `path` of the branch whole: the directories above it and itself filled, and
+    /// with `deep`, everything below it filled and every regular file at or below it
+    /// copied up (so its live content can be read, moved or copied by path). A path the
+    /// branch does not have is nothing to do.
+    pub fn materialize(&self, path: &[u8], deep: bool) -> std::io::Result<()> {
+        let Some(o) = self.stat(path)? else {
+            return Ok(());
+        };
+        match o.kind {
+            crate::timeline::Kind::Dir => {
+                self.fill(&o.fd)?;
+                if deep {
+                    for name in crate::tree::list(self.root(), path) {
+                        self.materialize(&crate::sys::path::join(path, &name), true)?;
+                    }
+                }
+            }
+            crate::timeline::Kind::File if deep => {
+                self.copy_up(&o.fd)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// The names in the branch's directory `dir` (filled first).
     pub fn list(&self, dir: &[u8]) -> std::io::Result<Vec<Vec<u8>>> {
         match self.stat(dir)? {

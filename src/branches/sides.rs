@@ -57,6 +57,12 @@ pub enum Side<'a> {
     Point(&'a Views, Snapshot),
     /// A branch as it is.
     Branch(Arc<Tree>),
+    /// A branch at a past point: its events after the point undone over its tree.
+    BranchAt {
+        tree: Arc<Tree>,
+        state: crate::restore::State,
+        store: &'a crate::store::Store,
+    },
 }
 
 /// One path's state on a side: the entry merge compares, and the metadata to give it.
@@ -154,6 +160,21 @@ impl Side<'_> {
                 };
                 live_item(&o, path, |o| t.content(o))
             }
+            Side::BranchAt { tree, state, store } => {
+                let Some(w) = state
+                    .want(tree.root(), path)
+                    .map_err(|e| io(path)(e.into()))?
+                else {
+                    return Ok(None);
+                };
+                let meta = w.meta.clone().unwrap_or_default();
+                let entry = entry_of(w.kind, &meta, || {
+                    let bytes = branch_bytes(tree, store, &w, path)?;
+                    let size = bytes.len() as u64;
+                    Ok(content_of(bytes, size))
+                })?;
+                Ok(Some(Item { entry, meta }))
+            }
             Side::Point(views, s) => {
                 let w = match views.want(s, path) {
                     Ok(w) => w,
@@ -180,6 +201,12 @@ impl Side<'_> {
             Side::Main(root) => live::list(root, dir),
             Side::Branch(t) => t.list(dir).map_err(io(dir))?,
             Side::Point(views, s) => views.list(s, dir)?.into_iter().map(|(n, _)| n).collect(),
+            Side::BranchAt { tree, state, .. } => state
+                .list(tree.root(), dir, |src| tree.list(src).unwrap_or_default())
+                .map_err(|e| io(dir)(e.into()))?
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect(),
         };
         if dir.is_empty() {
             names.retain(|n| n != crate::sys::path::AGX_DIR_NAME.as_bytes());
@@ -207,6 +234,31 @@ impl Side<'_> {
             out.items.insert(key, item);
         }
         Ok(out)
+    }
+}
+
+/// The bytes of a branch's file at a point: a stored version, or the branch's live file
+/// the state mirrors (its own content, or its base's while not copied up).
+pub fn branch_bytes(
+    tree: &Tree,
+    store: &crate::store::Store,
+    w: &Want,
+    path: &[u8],
+) -> Result<Vec<u8>, SideError> {
+    match &w.content {
+        Some(WantContent::Hash(h)) if w.captured => Ok(store
+            .get(h)
+            .map_err(|e| io(path)(std::io::Error::other(e.to_string())))?),
+        Some(WantContent::Live(src)) => {
+            let o = tree
+                .stat(src)
+                .map_err(io(path))?
+                .ok_or_else(|| io(path)(std::io::Error::from_raw_os_error(libc::ENOENT)))?;
+            tree.content(&o).map_err(io(path))
+        }
+        _ => Err(io(path)(std::io::Error::other(
+            "its content at that point was not kept",
+        ))),
     }
 }
 

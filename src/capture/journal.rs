@@ -14,9 +14,12 @@ use crate::tree::state::Stamp;
 
 pub const NAME: &str = "journal";
 
-/// Room kept allocated past the journal's end (see [`Journal::preallocate`]): 1 MiB, a few
-/// thousand records. Safe to change; larger keeps more removals recordable on a full disk.
-const PREALLOC: u64 = 1 << 20;
+/// Room kept allocated past the journal's end (see [`Journal::preallocate`]): 1/256 of the
+/// filesystem, at least 64 KiB and at most 1 MiB (a few hundred to a few thousand
+/// records). Safe to change; larger keeps more removals recordable on a full disk.
+fn prealloc_for(fs_bytes: u64) -> u64 {
+    (fs_bytes / 256).clamp(64 << 10, 1 << 20)
+}
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "lowercase")]
@@ -75,17 +78,18 @@ impl Journal {
         Ok(j)
     }
 
-    /// Allocates [`PREALLOC`] bytes past the end (the size stays): appends land in blocks
+    /// Allocates room past the end ([`prealloc_for`]) (the size stays): appends land in blocks
     /// the file already has, so agx can still record removals on a disk that is full to
     /// the last block (an unlink keeps its object by a hard link, which takes no block;
     /// its journal line is all it writes). Best effort: a filesystem without fallocate
     /// simply allocates as it appends.
     fn preallocate(&self) {
+        let fs = rustix::fs::fstatvfs(&self.file).map_or(0, |s| s.f_blocks * s.f_frsize);
         let _ = rustix::fs::fallocate(
             &self.file,
             rustix::fs::FallocateFlags::KEEP_SIZE,
             self.len,
-            PREALLOC,
+            prealloc_for(fs),
         );
     }
 

@@ -21,6 +21,45 @@ pub struct Project {
     pub root: PathBuf,
     pub mountpoint: Option<PathBuf>,
     pub backend: Backend,
+    /// The branch the command is about: `--branch NAME`, or the branch whose view
+    /// (`.agx/branches/NAME/`) the command runs in. None: the main tree.
+    pub branch: Option<String>,
+}
+
+/// `--branch NAME` of the command line (set once by `cli::run`).
+static BRANCH_FLAG: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// Records `--branch` for every [`Project`] the command opens.
+pub fn set_branch_flag(b: Option<String>) {
+    let _ = BRANCH_FLAG.set(b);
+}
+
+/// `p` with `.` and `..` taken away (not following symlinks: as the shell's `cd` sees it).
+fn normalize(p: &Path) -> Result<PathBuf> {
+    let abs = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(p)
+    };
+    let mut norm = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                norm.pop();
+            }
+            c => norm.push(c),
+        }
+    }
+    Ok(norm)
+}
+
+/// The branch whose view `p` is in, and the path below the view's root.
+fn in_branch_view<'a>(p: &'a Path, mountpoint: &Path) -> Option<(String, &'a Path)> {
+    let rest = p.strip_prefix(mountpoint.join(".agx/branches")).ok()?;
+    let mut parts = rest.components();
+    let name = parts.next()?.as_os_str().to_str()?.to_string();
+    Some((name, parts.as_path()))
 }
 
 impl Project {
@@ -31,12 +70,19 @@ impl Project {
     /// [`Project::open`]; an unmounted project's engine opens as `how` says.
     pub fn open_with(dir: &Path, how: crate::control::engine::Opening) -> Result<Project> {
         let root = crate::mount::resolve_dir(dir)?;
+        let flag = BRANCH_FLAG.get().cloned().flatten();
         if let Some(st) = crate::mount::live_state(&root) {
             let paths = control::paths(&st.project)?;
+            // Run inside a branch's view: the command is about that branch.
+            let here = std::env::current_dir()
+                .ok()
+                .and_then(|c| normalize(&c).ok())
+                .and_then(|c| in_branch_view(&c, &st.mountpoint).map(|(b, _)| b));
             return Ok(Project {
                 root: st.project,
                 mountpoint: Some(st.mountpoint),
                 backend: Backend::Remote(paths.socket),
+                branch: flag.or(here).filter(|b| b != "main"),
             });
         }
         let engine = Engine::open_path_with(&root, how)?;
@@ -44,6 +90,7 @@ impl Project {
             root,
             mountpoint: None,
             backend: Backend::Local(Box::new(engine)),
+            branch: flag.filter(|b| b != "main"),
         })
     }
 
@@ -67,22 +114,23 @@ impl Project {
         matches!(self.backend, Backend::Remote(_))
     }
 
-    /// A path given on the command line, relative to the project root.
+    /// A path given on the command line, relative to the root of the tree the command is
+    /// about (the project, or the branch's view it is in).
     pub fn rel(&self, p: &Path) -> Result<Vec<u8>> {
         use std::os::unix::ffi::OsStrExt;
-        let abs = if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            std::env::current_dir()?.join(p)
-        };
-        let mut norm = PathBuf::new();
-        for c in abs.components() {
-            match c {
-                Component::CurDir => {}
-                Component::ParentDir => {
-                    norm.pop();
+        let norm = normalize(p)?;
+        if let Some(mp) = &self.mountpoint {
+            if let Some((b, below)) = in_branch_view(&norm, mp) {
+                if self.branch.as_deref() != Some(b.as_str()) {
+                    bail!(
+                        "{} is in branch {b}'s view: pass --branch {b} (this command is about {})",
+                        p.display(),
+                        self.branch
+                            .as_deref()
+                            .map_or("the main tree".to_string(), |x| format!("branch {x}"))
+                    );
                 }
-                c => norm.push(c),
+                return Ok(below.as_os_str().as_bytes().to_vec());
             }
         }
         for base in std::iter::once(&self.root).chain(self.mountpoint.iter()) {
@@ -164,6 +212,7 @@ pub fn log(
             path: rel.map(|r| hex(&r)),
             since: since.map(String::from),
             limit,
+            branch: p.branch.clone(),
         },
         &mut |_, _| {},
     )?)?;
@@ -226,6 +275,7 @@ pub fn show(dir: &Path, at: &str, path: &Path) -> Result<()> {
         Request::Show {
             at: at.to_string(),
             path: hex(&rel),
+            branch: p.branch.clone(),
         },
         &mut |_, _| {},
     )?;
@@ -264,6 +314,7 @@ pub fn diff(dir: &Path, refs: &[String], paths: &[PathBuf], stat: bool, json: bo
             from: from.map(String::from),
             to: to.map(String::from),
             paths: rels.iter().map(|r| hex(r)).collect(),
+            branch: p.branch.clone(),
         },
         &mut |_, _| {},
     )?)?;

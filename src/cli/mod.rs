@@ -27,6 +27,11 @@ pub struct Cli {
     /// Print one JSON document on stdout.
     #[arg(long, global = true)]
     pub json: bool,
+    /// The branch a history command is about (log, show, diff, restore, oops, blame,
+    /// checkpoint; default: the branch whose view .agx/branches/NAME/ the command runs in,
+    /// else the main tree); for `run`, the branch the command runs in.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub branch: Option<String>,
     #[command(subcommand)]
     pub cmd: Cmd,
 }
@@ -91,7 +96,8 @@ pub enum Cmd {
         stat: bool,
     },
     /// Run CMD in a new agent session: every change it and its descendants make belongs
-    /// to the session. Returns CMD's exit code.
+    /// to the session. Returns CMD's exit code. With --branch NAME, CMD runs in the
+    /// branch's view (.agx/branches/NAME/), at the same place relative to the project.
     Run {
         /// The agent's name (default: the command's name).
         #[arg(long)]
@@ -271,6 +277,7 @@ fn warns_first(cmd: &Cmd) -> bool {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    history::set_branch_flag(cli.branch.clone());
     if warns_first(&cli.cmd) {
         mount::record::warn(&project_dir(cli.dir.as_deref()));
     }
@@ -350,6 +357,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                     reason,
                     note: None,
                     skip_missing,
+                    branch: None,
                 },
                 cli.json,
             )

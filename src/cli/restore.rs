@@ -44,6 +44,7 @@ pub fn restore(
             at: at.to_string(),
             paths: rels.iter().map(|r| hex(r)).collect(),
             on_conflict: opts.on_conflict,
+            branch: p.branch.clone(),
         },
         &mut |_, _| {},
     )?;
@@ -137,6 +138,10 @@ pub fn apply_plan(
         }
     }
     let mut prog = progress_printer();
+    let opts = RestoreOpts {
+        branch: p.branch.clone(),
+        ..opts
+    };
     let v = p.request(
         Request::Restore {
             at: at.to_string(),

@@ -85,6 +85,15 @@ pub fn run(
     };
     let p = Project::open(dir)?;
     need_mount(&p, "its changes")?;
+    // `--branch NAME`: the command works in the branch's view, at the same place
+    // relative to the project as the current directory (the view's root from outside).
+    let cwd = match &p.branch {
+        Some(b) => {
+            p.request(Request::BranchShow { name: b.clone() }, &mut no_progress)?;
+            Some(branch_cwd(&p, b)?)
+        }
+        None => None,
+    };
     // Orphans of the command (double forks) are reparented to us while we live, so they
     // stay below the session's root; after that, the environment marker names it.
     let me = rustix::process::getpid();
@@ -110,10 +119,12 @@ pub fn run(
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGQUIT] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
-    let child = std::process::Command::new(prog)
-        .args(args)
-        .env(ENV_SESSION, id.to_string())
-        .spawn();
+    let mut command = std::process::Command::new(prog);
+    command.args(args).env(ENV_SESSION, id.to_string());
+    if let Some(c) = &cwd {
+        command.current_dir(c).env("PWD", c);
+    }
+    let child = command.spawn();
     let child = match child {
         Ok(c) => c,
         Err(e) => {
@@ -147,6 +158,22 @@ pub fn run(
         );
     }
     Ok(code)
+}
+
+/// Where a command run in branch `b` starts: the current directory's place in the
+/// project, in the branch's view (its root when that place is outside the project or
+/// missing in the branch).
+fn branch_cwd(p: &Project, b: &str) -> Result<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let mp = p
+        .mountpoint
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("agx run --branch needs the project mounted"))?;
+    let view = mp.join(".agx/branches").join(b);
+    let here = std::env::current_dir()?;
+    let rel = p.rel(&here).unwrap_or_default();
+    let place = view.join(std::ffi::OsStr::from_bytes(&rel));
+    Ok(if place.is_dir() { place } else { view })
 }
 
 fn base_name(prog: &str) -> String {

@@ -14,7 +14,12 @@ use crate::control::undo::OOPS_NOTE;
 /// `agx oops`: shows what it undoes (files, lines added and removed), asks, restores.
 pub fn oops(dir: &Path, dry_run: bool, yes: bool, json: bool) -> Result<()> {
     let p = Project::open(dir)?;
-    let t = p.request(Request::OopsTarget, &mut |_, _| {})?;
+    let t = p.request(
+        Request::OopsTarget {
+            branch: p.branch.clone(),
+        },
+        &mut |_, _| {},
+    )?;
     if t.is_null() {
         bail!("nothing to undo: no changes recorded yet");
     }
@@ -33,6 +38,7 @@ pub fn oops(dir: &Path, dry_run: bool, yes: bool, json: bool) -> Result<()> {
             at: at.clone(),
             paths: rels.iter().map(|r| hex(r)).collect(),
             on_conflict: OnConflict::Refuse,
+            branch: p.branch.clone(),
         },
         &mut |_, _| {},
     )?;
@@ -42,6 +48,7 @@ pub fn oops(dir: &Path, dry_run: bool, yes: bool, json: bool) -> Result<()> {
             from: Some(at.clone()),
             to: None,
             paths: rels.iter().map(|r| hex(r)).collect(),
+            branch: p.branch.clone(),
         },
         &mut |_, _| {},
     )?;
@@ -139,6 +146,7 @@ pub fn oops(dir: &Path, dry_run: bool, yes: bool, json: bool) -> Result<()> {
         reason: None,
         note: Some(format!("{OOPS_NOTE}{what} (to {at})")),
         skip_missing: false,
+        branch: p.branch.clone(),
     };
     apply_plan(&p, &at, &rels, plan, dry_run, yes, opts, json)?;
     if !dry_run && !json {
@@ -150,7 +158,13 @@ pub fn oops(dir: &Path, dry_run: bool, yes: bool, json: bool) -> Result<()> {
 pub fn blame(dir: &Path, path: &Path, json: bool) -> Result<()> {
     let p = Project::open(dir)?;
     let rel = p.rel(path)?;
-    let v = p.request(Request::Blame { path: hex(&rel) }, &mut |_, _| {})?;
+    let v = p.request(
+        Request::Blame {
+            path: hex(&rel),
+            branch: p.branch.clone(),
+        },
+        &mut |_, _| {},
+    )?;
     let lines = v.as_array().cloned().unwrap_or_default();
     let mut out = std::io::stdout().lock();
     if json {

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::engine::{Engine, EngineError};
+use super::scope::Scope;
 use crate::ids::{Seq, SessionId};
 use crate::timeline::{Event, Kind};
 
@@ -35,13 +36,17 @@ fn is_binary(b: &[u8]) -> bool {
 impl Engine {
     /// The file's versions oldest first: the name it had and the event that made each
     /// (None for the version before the first recorded event).
-    fn versions(&self, path: &[u8]) -> Result<Vec<Version>, EngineError> {
+    fn versions(&self, scope: &Scope, path: &[u8]) -> Result<Vec<Version>, EngineError> {
         let tl = self.tl();
         let mut name = path.to_vec();
         let mut upper = Seq(tl.max_seq()?.0 + 1);
         let mut chain: Vec<(Event, Vec<u8>)> = Vec::new();
         'names: loop {
-            for e in tl.events_on(&name, upper)? {
+            let on = match scope {
+                Scope::Main => tl.events_on(&name, upper)?,
+                Scope::Branch { branch, .. } => tl.branch_events_on(branch.id, &name, upper)?,
+            };
+            for e in on {
                 let replaced = e
                     .target_before
                     .as_ref()
@@ -93,12 +98,17 @@ impl Engine {
         Ok(out)
     }
 
-    pub fn blame(&self, path: &[u8]) -> Result<Vec<BlameLine>, EngineError> {
-        self.recorder.notice(path);
+    /// Who last changed each line of `path`, in the main tree or a branch (where lines the
+    /// branch did not change have no origin: they are its base's).
+    pub fn blame(&self, path: &[u8], branch: Option<&str>) -> Result<Vec<BlameLine>, EngineError> {
+        let scope = self.scope(branch)?;
+        if let Scope::Main = scope {
+            self.recorder.notice(path);
+        }
         self.recorder.flush();
         let name = String::from_utf8_lossy(path).into_owned();
         let now = self.tl().max_seq()?;
-        let current = self.bytes_at(now, path, "now")?;
+        let current = self.bytes_in(&scope, now, path, "now")?;
         if is_binary(&current) {
             return Err(EngineError::Invalid(format!(
                 "{name} is a binary file: blame works on text"
@@ -117,8 +127,8 @@ impl Engine {
         };
         let mut text: Vec<String> = Vec::new();
         let mut origin: Vec<Option<BlameLine>> = Vec::new();
-        for (ev, n, point) in self.versions(path)? {
-            let bytes = match self.bytes_at(point, &n, &format!("event:{}", point.0 + 1)) {
+        for (ev, n, point) in self.versions(&scope, path)? {
+            let bytes = match self.bytes_in(&scope, point, &n, &format!("event:{}", point.0 + 1)) {
                 Ok(b) => b,
                 Err(EngineError::Absent { .. }) => Vec::new(),
                 Err(e) => return Err(e),

@@ -30,28 +30,50 @@ pub fn handle(
             Ok(Value::Null)
         }
         Request::Summary => json(engine.summary().map_err(e)?),
-        Request::Log { path, since, limit } => {
+        Request::Log {
+            path,
+            since,
+            limit,
+            branch,
+        } => {
             let path = path.map(|p| unhex(&p)).transpose()?;
-            json(engine.log(path, since.as_deref(), limit).map_err(e)?)
+            json(
+                engine
+                    .log(path, since.as_deref(), limit, branch.as_deref())
+                    .map_err(e)?,
+            )
         }
-        Request::Show { at, path } => {
-            let bytes = engine.show(&at, &unhex(&path)?).map_err(e)?;
+        Request::Show { at, path, branch } => {
+            let bytes = engine
+                .show(&at, &unhex(&path)?, branch.as_deref())
+                .map_err(e)?;
             Ok(Value::String(super::proto::hex(&bytes)))
         }
         Request::Diff {
             from,
             to,
             paths: ps,
+            branch,
         } => json(
             engine
-                .diff(from.as_deref(), to.as_deref(), &paths(&ps)?)
+                .diff(
+                    from.as_deref(),
+                    to.as_deref(),
+                    &paths(&ps)?,
+                    branch.as_deref(),
+                )
                 .map_err(e)?,
         ),
         Request::Plan {
             at,
             paths: ps,
             on_conflict,
-        } => json(engine.plan(&at, &paths(&ps)?, on_conflict).map_err(e)?),
+            branch,
+        } => json(
+            engine
+                .plan(&at, &paths(&ps)?, on_conflict, branch.as_deref())
+                .map_err(e)?,
+        ),
         Request::Restore {
             at,
             paths: ps,
@@ -60,11 +82,11 @@ pub fn handle(
             let (plan, report) = engine
                 .restore(&at, &paths(&ps)?, &opts, caller.clone(), progress)
                 .map_err(e)?;
-            engine.after_restore(&report);
+            engine.after_restore_in(opts.branch.as_deref(), &report);
             Ok(serde_json::json!({ "plan": plan, "report": report }))
         }
-        Request::OopsTarget => {
-            let t = engine.oops_target().map_err(e)?;
+        Request::OopsTarget { branch } => {
+            let t = engine.oops_target(branch.as_deref()).map_err(e)?;
             Ok(match t {
                 Some(t) => {
                     let mut v = json(&t)?;
@@ -74,7 +96,9 @@ pub fn handle(
                 None => Value::Null,
             })
         }
-        Request::Blame { path } => json(engine.blame(&unhex(&path)?).map_err(e)?),
+        Request::Blame { path, branch } => {
+            json(engine.blame(&unhex(&path)?, branch.as_deref()).map_err(e)?)
+        }
         Request::SessionStart(r) => json(engine.session_start(&r).map_err(e)?),
         Request::SessionEnd { id } => json(engine.session_end(id.as_deref(), caller).map_err(e)?),
         Request::SessionList => json(engine.session_list().map_err(e)?),

@@ -13,12 +13,10 @@ use thiserror::Error;
 use crate::capture::config::Config;
 use crate::capture::{CaptureError, Recorder};
 use crate::ids::Seq;
-use crate::restore::diff::FileDiff;
-use crate::restore::plan::Content;
 use crate::restore::{Report, RestoreError};
 use crate::store::Store;
 use crate::timeline::refs::{self, RefError};
-use crate::timeline::{Event, Filter, Kind, Timeline, TimelineError};
+use crate::timeline::{Kind, Timeline, TimelineError};
 
 pub use super::restore::RestoreOpts;
 pub use super::undo::OnConflict;
@@ -120,7 +118,9 @@ pub struct Opening {
 }
 
 /// Told the paths a restore touched and the inodes whose link count it changed.
-type RestoreHook = Box<dyn Fn(&[Vec<u8>], &[u64]) + Send + Sync>;
+/// Told which paths (and inodes) a restore changed, in the main tree (None) or in the
+/// branch whose tree's root is given: the daemon drops what the kernel cached of them.
+type RestoreHook = Box<dyn Fn(Option<&OwnedFd>, &[Vec<u8>], &[u64]) + Send + Sync>;
 
 pub struct Engine {
     pub root: OwnedFd,
@@ -314,20 +314,6 @@ impl Engine {
         self.point(r)
     }
 
-    pub fn log(
-        &self,
-        path: Option<Vec<u8>>,
-        since: Option<&str>,
-        limit: Option<usize>,
-    ) -> Result<Vec<Event>, EngineError> {
-        if let Some(p) = &path {
-            self.recorder.notice(p);
-        }
-        self.flush_all()?;
-        let after = since.map(|s| self.point(s)).transpose()?;
-        Ok(self.tl().log(&Filter { path, after, limit })?)
-    }
-
     pub fn summary(&self) -> Result<Summary, EngineError> {
         self.recorder.flush();
         let unsaved = self.recorder.unsaved();
@@ -344,114 +330,49 @@ impl Engine {
         })
     }
 
-    /// The bytes of `path` at `r` (a symlink: its target).
-    pub fn show(&self, r: &str, path: &[u8]) -> Result<Vec<u8>, EngineError> {
-        let point = self.noticed_point(r, &[path.to_vec()])?;
-        self.bytes_at(point, path, r)
-    }
-
-    /// The bytes of `path` at `point` (a symlink: its target); `label` names the point in
-    /// errors.
-    pub(crate) fn bytes_at(
-        &self,
-        point: Seq,
-        path: &[u8],
-        label: &str,
-    ) -> Result<Vec<u8>, EngineError> {
-        let events = self.tl().events_after(point)?;
-        let state = crate::restore::State::before(&events);
-        let name = String::from_utf8_lossy(path).into_owned();
-        let r = label;
-        let want = state
-            .want(&self.root, path)
-            .map_err(|e| io(name.clone())(e.into()))?
-            .ok_or_else(|| EngineError::Absent {
-                path: name.clone(),
-                at: r.to_string(),
-            })?;
-        match want.kind {
-            Kind::Dir => Err(EngineError::IsDir {
-                path: name,
-                at: r.to_string(),
-            }),
-            Kind::Symlink => Ok(want.target.unwrap_or_default()),
-            _ => match want.content {
-                Some(Content::Hash(h)) => {
-                    if !want.captured {
-                        return Err(EngineError::NotKept {
-                            path: name,
-                            at: r.to_string(),
-                            why: "it was larger than the capture limit".into(),
-                        });
-                    }
-                    self.store.get(&h).map_err(|source| EngineError::BadObject {
-                        path: name,
-                        at: r.to_string(),
-                        source,
-                    })
-                }
-                Some(Content::Live(src)) => {
-                    let fd = crate::tree::open_beneath(
-                        &self.root,
-                        &src,
-                        OFlags::RDONLY | OFlags::NOFOLLOW,
-                    )
-                    .map_err(|e| io(name.clone())(e.into()))?;
-                    let mut v = Vec::new();
-                    std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut v)
-                        .map_err(io(name))?;
-                    Ok(v)
-                }
-                None => Err(EngineError::NotKept {
-                    path: name,
-                    at: r.to_string(),
-                    why: "no before-image was recorded".into(),
-                }),
-            },
-        }
-    }
-
-    pub fn diff(
-        &self,
-        from: Option<&str>,
-        to: Option<&str>,
-        paths: &[Vec<u8>],
-    ) -> Result<Vec<FileDiff>, EngineError> {
-        self.flush_all()?;
-        let from = match from {
-            Some(f) => self.noticed_point(f, paths)?,
-            // Never before the gc horizon, whose history is gone.
-            None => {
-                let tl = self.tl();
-                let h = tl.horizon()?.map(|h| h.seq).unwrap_or(Seq(0));
-                tl.last_mount_point()?.unwrap_or(Seq(0)).max(h)
-            }
-        };
-        let to = to.map(|t| self.point(t)).transpose()?;
-        let tl = self.tl();
-        Ok(crate::restore::diff::diff(
-            &self.root,
-            &tl,
-            &self.store,
-            from,
-            to,
-            paths,
-        )?)
-    }
-
-    /// Called after a restore: the daemon hooks kernel cache invalidation here.
+    /// Called after a restore of the main tree: the daemon hooks kernel cache
+    /// invalidation here.
     pub fn after_restore(&self, report: &Report) {
+        self.after_restore_of(None, report);
+    }
+
+    /// Called after a restore of the tree `branch` names (None: the main tree).
+    pub fn after_restore_in(&self, branch: Option<&str>, report: &Report) {
+        let tree = branch
+            .filter(|b| *b != "main")
+            .and_then(|b| {
+                self.tl()
+                    .branch_by_name(b.strip_prefix("branch:").unwrap_or(b))
+                    .ok()
+            })
+            .flatten()
+            .map(|b| b.id);
+        self.after_restore_of(tree, report);
+    }
+
+    fn after_restore_of(&self, tree: Option<crate::ids::BranchId>, report: &Report) {
+        let root = match (tree, self.branches()) {
+            (None, _) => None,
+            (Some(id), Some(set)) => match set.tree(id) {
+                Ok(t) => Some(t),
+                Err(_) => return,
+            },
+            (Some(_), None) => return,
+        };
         if let Some(hook) = self
             .on_restore
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
         {
-            hook(&report.touched, &report.inodes);
+            hook(
+                root.as_ref().map(|t| t.root()),
+                &report.touched,
+                &report.inodes,
+            );
         }
     }
 
-    /// Sets what `after_restore` does with the paths (and inodes) a restore touched.
     /// The daemon's branch set, told of every change of branches (once, by the mount).
     pub fn set_branches(&self, b: Arc<crate::branches::Branches>) {
         let _ = self.branches.set(b);
@@ -461,6 +382,7 @@ impl Engine {
         self.branches.get()
     }
 
+    /// Sets what `after_restore` does with the paths (and inodes) a restore touched.
     pub fn set_restore_hook(&self, hook: RestoreHook) {
         *self.on_restore.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
     }

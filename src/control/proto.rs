@@ -13,21 +13,30 @@ pub enum Request {
         path: Option<String>,
         since: Option<String>,
         limit: Option<usize>,
+        /// The branch whose history (None: the main tree's).
+        #[serde(default)]
+        branch: Option<String>,
     },
     Show {
         at: String,
         path: String,
+        #[serde(default)]
+        branch: Option<String>,
     },
     Diff {
         from: Option<String>,
         to: Option<String>,
         paths: Vec<String>,
+        #[serde(default)]
+        branch: Option<String>,
     },
     Plan {
         at: String,
         paths: Vec<String>,
         #[serde(default)]
         on_conflict: crate::control::undo::OnConflict,
+        #[serde(default)]
+        branch: Option<String>,
     },
     Restore {
         at: String,
@@ -37,9 +46,14 @@ pub enum Request {
     },
     /// What `oops` would undo (or redo).
     #[serde(rename = "oops-target")]
-    OopsTarget,
+    OopsTarget {
+        #[serde(default)]
+        branch: Option<String>,
+    },
     Blame {
         path: String,
+        #[serde(default)]
+        branch: Option<String>,
     },
     #[serde(rename = "session-start")]
     SessionStart(crate::control::sessions::StartRequest),

@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::engine::{Engine, EngineError};
+use super::scope::Scope;
 use super::undo::{related, OnConflict};
 use crate::restore::plan::Content;
 use crate::restore::{Plan, Report, Step, Why};
@@ -22,6 +23,9 @@ pub struct RestoreOpts {
     /// rest; without it such a plan is refused.
     #[serde(default)]
     pub skip_missing: bool,
+    /// The branch to restore (None: the main tree).
+    #[serde(default)]
+    pub branch: Option<String>,
 }
 
 /// The refusal of a plan with paths it cannot restore: the first one, and how many more.
@@ -48,7 +52,30 @@ impl Engine {
         r: &str,
         paths: &[Vec<u8>],
         on_conflict: OnConflict,
+        branch: Option<&str>,
     ) -> Result<Plan, EngineError> {
+        let scope = self.scope(branch)?;
+        self.plan_in(&scope, r, paths, on_conflict)
+    }
+
+    /// [`Engine::plan`] in the tree `scope` names. In a branch the plan is made over the
+    /// branch's tree and events, once the parts they name are whole (see `scope.rs`).
+    pub(crate) fn plan_in(
+        &self,
+        scope: &Scope,
+        r: &str,
+        paths: &[Vec<u8>],
+        on_conflict: OnConflict,
+    ) -> Result<Plan, EngineError> {
+        if let Scope::Branch { .. } = scope {
+            let point = self.point_in(scope, r, paths)?;
+            let events = self.events_in(scope, point)?;
+            self.prepare(scope, &events, paths, true)?;
+            let max = self.recorder.config().max_size;
+            let plan = Plan::from_events(self.scope_root(scope), &events, point, paths, max)?;
+            self.verify(&plan, r)?;
+            return Ok(plan);
+        }
         let point = self.noticed_point(r, paths)?;
         self.refuse_unknown_paths(r, point, paths)?;
         let max = self.recorder.config().max_size;
@@ -115,10 +142,11 @@ impl Engine {
         r: &str,
         paths: &[Vec<u8>],
         opts: &RestoreOpts,
-        actor: Actor,
+        mut actor: Actor,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<(Plan, Report), EngineError> {
-        let plan = self.plan(r, paths, opts.on_conflict)?;
+        let scope = self.scope(opts.branch.as_deref())?;
+        let plan = self.plan_in(&scope, r, paths, opts.on_conflict)?;
         if opts.on_conflict == OnConflict::Refuse && !plan.conflicts.is_empty() {
             return Err(EngineError::Conflicts(plan.conflicts.len()));
         }
@@ -131,9 +159,11 @@ impl Engine {
             (None, Some(x)) => format!("restore to {r}: {x}"),
             (None, None) => format!("restore to {r}"),
         };
+        // In a branch, every step is the branch's event.
+        actor.branch = scope.branch_id();
         let why = Why { actor, note };
         let report = crate::restore::apply(
-            &self.root,
+            self.scope_root(&scope),
             &self.store,
             &self.recorder,
             &plan,

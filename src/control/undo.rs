@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use super::engine::{Engine, EngineError};
+use super::scope::Scope;
 use crate::ids::Seq;
 use crate::restore::plan::Conflict;
 use crate::timeline::refs::Ref;
@@ -26,7 +27,7 @@ pub enum OnConflict {
 }
 
 /// The paths a restore covers and the conflicts among them.
-pub struct Scope {
+pub struct Covered {
     pub paths: Vec<Vec<u8>>,
     pub conflicts: Vec<Conflict>,
 }
@@ -82,7 +83,7 @@ impl Engine {
     /// For `session:ID` (and no explicit paths beyond it): the paths the session touched,
     /// limited to `only` when given, and those someone else changed after its first event.
     /// None for every other REF.
-    pub fn session_scope(&self, r: &str, only: &[Vec<u8>]) -> Result<Option<Scope>, EngineError> {
+    pub fn session_scope(&self, r: &str, only: &[Vec<u8>]) -> Result<Option<Covered>, EngineError> {
         let Ok(Ref::Session(id)) = Ref::parse(r) else {
             return Ok(None);
         };
@@ -116,14 +117,18 @@ impl Engine {
             }
         }
         conflicts.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(Some(Scope { paths, conflicts }))
+        Ok(Some(Covered { paths, conflicts }))
     }
 
     /// What `oops` undoes: the latest agent session, or, when an oops came after the last
     /// change any session made, that oops (a redo); with no sessions at all, the latest
     /// burst of changes. Changes outside sessions (the user's, `git status` refreshing the
     /// index) do not count as "after".
-    pub fn oops_target(&self) -> Result<Option<OopsTarget>, EngineError> {
+    pub fn oops_target(&self, branch: Option<&str>) -> Result<Option<OopsTarget>, EngineError> {
+        let scope = self.scope(branch)?;
+        if let Scope::Branch { branch, .. } = &scope {
+            return self.branch_oops_target(branch);
+        }
         self.recorder.flush();
         let tl = self.tl();
         let last = tl.max_seq()?;
@@ -197,6 +202,82 @@ impl Engine {
             what: format!(
                 "undo the latest burst of changes (events {}..{})",
                 first.seq.0, last.0
+            ),
+            session: None,
+            redo: false,
+            paths: Vec::new(),
+        }))
+    }
+}
+
+impl Engine {
+    /// [`Engine::oops_target`] in a branch, from the branch's own events: the last oops's
+    /// run (a redo), else the latest session's changes in the branch (from its first
+    /// event there, limited to the paths it touched), else the latest burst.
+    fn branch_oops_target(
+        &self,
+        b: &crate::timeline::branches::Branch,
+    ) -> Result<Option<OopsTarget>, EngineError> {
+        self.recorder.flush();
+        let events = self.tl().branch_log(b.id, b.base, -1)?;
+        let Some(latest) = events.first().cloned() else {
+            return Ok(None);
+        };
+        let is_oops = |e: &Event| e.note.as_deref().is_some_and(|n| n.starts_with(OOPS_NOTE));
+        let anchor = events.iter().find(|e| is_oops(e) || e.session.is_some());
+        let run_of = |pred: &dyn Fn(&Event) -> bool, from: usize| -> Vec<Event> {
+            events[from..]
+                .iter()
+                .take_while(|e| pred(e))
+                .cloned()
+                .collect()
+        };
+        if let Some(a) = anchor {
+            let at = events.iter().position(|e| e.seq == a.seq).unwrap_or(0);
+            let (run, what, session, redo) = if is_oops(a) {
+                let note = a.note.clone();
+                (
+                    run_of(&|e: &Event| e.note == note, at),
+                    "redo what the last oops in the branch undid".to_string(),
+                    None,
+                    true,
+                )
+            } else {
+                let s = a.session.clone();
+                let run: Vec<Event> = events.iter().filter(|e| e.session == s).cloned().collect();
+                (
+                    run,
+                    format!(
+                        "undo session {} in branch {}",
+                        s.clone().unwrap_or_default(),
+                        b.name
+                    ),
+                    s,
+                    false,
+                )
+            };
+            let first = run.iter().map(|e| e.seq).min().unwrap_or(a.seq);
+            return Ok(Some(OopsTarget {
+                at: format!("event:{}", first.0),
+                what,
+                session,
+                redo,
+                paths: touched(&run).into_iter().collect(),
+            }));
+        }
+        // No sessions: the latest burst, changes no more than BURST_GAP_NS apart.
+        let mut first = latest.clone();
+        for e in &events[1..] {
+            if first.time_ns - e.time_ns > BURST_GAP_NS {
+                break;
+            }
+            first = e.clone();
+        }
+        Ok(Some(OopsTarget {
+            at: format!("event:{}", first.seq.0),
+            what: format!(
+                "undo the latest burst of changes in branch {} (events {}..{})",
+                b.name, first.seq.0, latest.seq.0
             ),
             session: None,
             redo: false,

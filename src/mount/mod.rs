@@ -443,8 +443,16 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
     let _ = fs_notifier.set(notifier.clone());
     let inval_root = rustix::io::dup(&engine.root)
         .map_err(|e| MountError::io("duplicating the project handle", e.into()))?;
-    engine.set_restore_hook(Box::new(move |paths, inodes| {
-        invalidate(&notifier, &inval_root, paths, inodes)
+    engine.set_restore_hook(Box::new(move |branch_root, paths, inodes| {
+        match branch_root {
+            None => invalidate(&notifier, &inval_root, 1, paths, inodes),
+            // A branch's nodes are numbered by their backing inodes, its root too.
+            Some(r) => {
+                if let Ok(st) = rustix::fs::fstat(r) {
+                    invalidate(&notifier, r, st.st_ino, paths, inodes)
+                }
+            }
+        }
     }));
     if let Some(b) = &branches {
         let notifier = session.notifier();
@@ -574,16 +582,19 @@ pub fn mount(req: &MountRequest) -> Result<Option<MountState>, MountError> {
 /// Makes the kernel forget what it cached about paths agx changed itself (a restore):
 /// their directory entries and the attributes of what is there now, and of `inodes`
 /// (files that lost a name, whose other names show a changed link count).
+/// Tells the kernel to drop what it cached of `paths` (relative to `root`, whose node id
+/// is `root_node`) and of `inodes`.
 fn invalidate(
     notifier: &fuser::Notifier,
     root: &std::os::fd::OwnedFd,
+    root_node: u64,
     paths: &[Vec<u8>],
     inodes: &[u64],
 ) {
     use crate::tree as live;
     let node_of = |rel: &[u8]| -> Option<u64> {
         if rel.is_empty() {
-            return Some(1);
+            return Some(root_node);
         }
         live::stat(root, rel).map(|o| o.stat.st_ino)
     };

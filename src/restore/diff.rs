@@ -42,10 +42,12 @@ pub struct FileDiff {
     pub text: String,
 }
 
-struct Side {
-    kind: Kind,
-    bytes: Vec<u8>,
-    mode: u32,
+/// One side of a path's difference: what is there, its bytes (a symlink: its target) and
+/// permission bits.
+pub struct Side {
+    pub kind: Kind,
+    pub bytes: Vec<u8>,
+    pub mode: u32,
 }
 
 fn read_side(root: &OwnedFd, store: &Store, w: Option<Want>) -> Result<Option<Side>, RestoreError> {
@@ -147,24 +149,36 @@ pub fn diff(
         }
     }
     paths.extend(extra);
-    let mut added: Vec<(String, Side)> = Vec::new();
-    let mut deleted: Vec<(String, Side)> = Vec::new();
-    let mut out = Vec::new();
+    let mut pairs = Vec::new();
     for p in paths {
-        if super::plan::protected(&p) {
-            continue;
-        }
-        if !only.is_empty()
-            && !only
-                .iter()
-                .any(|o| p == *o || (p.starts_with(o) && p.get(o.len()) == Some(&b'/')))
-        {
+        if super::plan::protected(&p) || !within(&p, only) {
             continue;
         }
         let name = String::from_utf8_lossy(&p).into_owned();
         let failed = |e: rustix::io::Errno| RestoreError::Other(format!("{name}: {e}"));
         let a = read_side(root, store, state_from.want(root, &p).map_err(failed)?)?;
         let b = read_side(root, store, state_to.want(root, &p).map_err(failed)?)?;
+        pairs.push((name, a, b));
+    }
+    Ok(compare(pairs))
+}
+
+/// Whether `p` is one of `only` or below one (everything when `only` is empty).
+pub fn within(p: &[u8], only: &[Vec<u8>]) -> bool {
+    only.is_empty()
+        || only
+            .iter()
+            .any(|o| p == o.as_slice() || (p.starts_with(o) && p.get(o.len()) == Some(&b'/')))
+}
+
+/// The differences of paths given with what each is on the two sides (None: nothing,
+/// or a directory or special file, which show no content), renames found among the added
+/// and deleted files, sorted by path.
+pub fn compare(pairs: Vec<(String, Option<Side>, Option<Side>)>) -> Vec<FileDiff> {
+    let mut added: Vec<(String, Side)> = Vec::new();
+    let mut deleted: Vec<(String, Side)> = Vec::new();
+    let mut out = Vec::new();
+    for (name, a, b) in pairs {
         match (a, b) {
             (None, None) => {}
             (None, Some(b)) => added.push((name, b)),
@@ -222,7 +236,7 @@ pub fn diff(
         out.push(file_diff(new, None, Change::Added, &empty, b));
     }
     out.sort_by(|x, y| x.path.cmp(&y.path));
-    Ok(out)
+    out
 }
 
 fn file_diff(path: &str, to: Option<&String>, change: Change, a: &Side, b: &Side) -> FileDiff {

@@ -145,6 +145,48 @@ impl Timeline {
         )
     }
 
+    /// `log` of a branch's events (see [`Timeline::log`]).
+    pub fn branch_log_filtered(
+        &self,
+        branch: BranchId,
+        f: &super::Filter,
+    ) -> Result<Vec<Event>, TimelineError> {
+        let after = f.after.map(|s| s.0).unwrap_or(0);
+        let limit = f.limit.map(|l| l as i64).unwrap_or(-1);
+        match &f.path {
+            None => self.branch_log(branch, Seq(after), limit),
+            Some(p) => {
+                let mut under = p.clone();
+                under.push(b'/');
+                let mut upper = p.clone();
+                upper.push(b'0'); // the byte after '/'
+                self.collect(
+                    "SELECT seq, body FROM branch_events WHERE branch = ?6 AND seq > ?1 AND (
+                        path = ?2 OR to_path = ?2
+                        OR (path >= ?3 AND path < ?4) OR (to_path >= ?3 AND to_path < ?4))
+                     ORDER BY seq DESC LIMIT ?5",
+                    params![after, p, under, upper, limit, branch.0],
+                )
+            }
+        }
+    }
+
+    /// Events of `branch` on exactly `path` (as source or destination) before `before`,
+    /// newest first (see [`Timeline::events_on`]).
+    pub fn branch_events_on(
+        &self,
+        branch: BranchId,
+        path: &[u8],
+        before: Seq,
+    ) -> Result<Vec<Event>, TimelineError> {
+        self.collect(
+            "SELECT seq, body FROM branch_events WHERE branch = ?3 AND seq < ?2
+                 AND (path = ?1 OR to_path = ?1)
+             ORDER BY seq DESC",
+            params![path, before.0, branch.0],
+        )
+    }
+
     /// Events made in `branch`, newest first, at most `limit` (all: -1), after `after`.
     pub fn branch_log(
         &self,
