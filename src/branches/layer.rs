@@ -83,6 +83,107 @@ pub fn remove(agx: impl AsFd, id: BranchId) -> std::io::Result<u64> {
     Ok(freed)
 }
 
+/// Branches whose layer is on disk but that `known` (every branch row) does not have any
+/// more: what a gc left behind when it stopped between forgetting a branch and removing
+/// its layer, and what it removes next.
+pub fn orphans(agx: impl AsFd, known: &[crate::timeline::branches::Branch]) -> Vec<BranchId> {
+    let Ok(layers) = open_dir(agx.as_fd(), LAYERS) else {
+        return Vec::new();
+    };
+    let Ok(listed) = rustix::fs::openat(
+        &layers,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return Vec::new();
+    };
+    let Ok(entries) = rustix::fs::Dir::read_from(&listed) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().ok()?.parse::<i64>().ok())
+        .map(BranchId)
+        .filter(|id| !known.iter().any(|b| b.id == *id))
+        .collect()
+}
+
+/// Checks branch `id`'s layer (when it was made): every directory and regular file of its
+/// tree readable, with a marker that is absent or decodes, and a file's marker only on a
+/// file, a directory's only on a directory. Returns (path, what is wrong) for each problem.
+pub fn check(agx: impl AsFd, id: BranchId) -> Vec<(Vec<u8>, String)> {
+    use super::marker::{self, Marker};
+    fn walk(dir: &OwnedFd, rel: &[u8], out: &mut Vec<(Vec<u8>, String)>) {
+        let listed = match rustix::fs::openat(
+            dir,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(l) => l,
+            Err(e) => return out.push((rel.to_vec(), format!("cannot list: {e}"))),
+        };
+        let Ok(entries) = rustix::fs::Dir::read_from(&listed) else {
+            return out.push((rel.to_vec(), "cannot list".into()));
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_bytes().to_vec();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let path = crate::sys::path::join(rel, &name);
+            let Ok(fd) = rustix::fs::openat(
+                dir,
+                e.file_name(),
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) else {
+                out.push((path, "cannot open".into()));
+                continue;
+            };
+            let Ok(st) = rustix::fs::fstat(&fd) else {
+                out.push((path, "cannot stat".into()));
+                continue;
+            };
+            let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
+            if ft.is_dir() || ft.is_file() {
+                match marker::read(&fd) {
+                    Ok(Some(Marker::Dir(_))) if !ft.is_dir() => {
+                        out.push((path.clone(), "a directory's marker on a file".into()))
+                    }
+                    Ok(Some(Marker::File(_))) if !ft.is_file() => {
+                        out.push((path.clone(), "a file's marker on a directory".into()))
+                    }
+                    Ok(None) if agx_value(&fd) => {
+                        out.push((path.clone(), "a marker that does not decode".into()))
+                    }
+                    Ok(_) => {}
+                    Err(e) => out.push((path.clone(), format!("cannot read its marker: {e}"))),
+                }
+            }
+            if ft.is_dir() {
+                walk(&fd, &path, out);
+            }
+        }
+    }
+    /// Whether an object carries agx's xattr at all (a marker that did not decode).
+    fn agx_value(fd: &OwnedFd) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut buf = [0u8; 1];
+        let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        !matches!(
+            rustix::fs::getxattr(&path, super::marker::NAME, &mut buf),
+            Err(rustix::io::Errno::NODATA)
+        )
+    }
+    let mut out = Vec::new();
+    if let Ok(tree) = open_dir(agx.as_fd(), &layer_tree(id.0)) {
+        walk(&tree, b"", &mut out);
+    }
+    out
+}
+
 /// Bytes the layer of branch `id` takes on disk (its tree and work directories).
 pub fn disk_usage(agx: impl AsFd, id: BranchId) -> u64 {
     fn walk(dir: &OwnedFd) -> u64 {

@@ -125,6 +125,14 @@ impl Branches {
             .copied()
     }
 
+    /// Forgets branch `id`'s open tree (its layer is about to be removed).
+    pub fn close(&self, id: BranchId) {
+        self.open
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+
     /// Branch `id`'s tree, its layer opened (and made, the first time).
     pub fn tree(&self, id: BranchId) -> std::io::Result<Arc<Tree>> {
         if let Some(t) = self.open.read().unwrap_or_else(|e| e.into_inner()).get(&id) {

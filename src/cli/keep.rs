@@ -236,6 +236,8 @@ pub fn gc(dir: &Path, keep: Option<String>, dry_run: bool, json: bool) -> Result
         "bytes_freed": v["bytes_freed"],
         "db_bytes_before": v["db_bytes_before"],
         "db_bytes_after": v["db_bytes_after"],
+        "branches_dropped": v["branches_dropped"],
+        "layer_bytes_freed": v["layer_bytes_freed"],
     });
     if json {
         return print_json(&out);
@@ -268,6 +270,19 @@ pub fn gc(dir: &Path, keep: Option<String>, dry_run: bool, json: bool) -> Result
     );
     if db1 < db0 {
         println!("timeline database: {} -> {}", bytes(db0), bytes(db1));
+    }
+    let dropped: Vec<&str> = v["branches_dropped"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| b.as_str())
+        .collect();
+    if !dropped.is_empty() {
+        println!(
+            "deleted branches {verb}: {} (their layers: {})",
+            dropped.join(", "),
+            bytes(v["layer_bytes_freed"].as_u64().unwrap_or(0))
+        );
     }
     Ok(())
 }

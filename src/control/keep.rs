@@ -44,6 +44,10 @@ pub struct GcReport {
     /// compacts it when it freed enough of it (see `Timeline::compact`).
     pub db_bytes_before: u64,
     pub db_bytes_after: u64,
+    /// Deleted branches whose history and layer this gc dropped (or would drop).
+    pub branches_dropped: Vec<String>,
+    /// Bytes their layers took.
+    pub layer_bytes_freed: u64,
 }
 
 impl Engine {
@@ -269,6 +273,18 @@ impl Engine {
                 });
             }
         }
+        // A live branch reads its base from the main tree's history: it stays restorable.
+        let all_branches = tl.branches(true)?;
+        for b in all_branches.iter().filter(|b| b.deleted_ns.is_none()) {
+            if b.base < k {
+                k = b.base;
+                held_by = Some(format!("branch {}", b.name));
+            }
+        }
+        let dropped: Vec<&crate::timeline::branches::Branch> = all_branches
+            .iter()
+            .filter(|b| b.deleted_ns.is_some())
+            .collect();
         if k <= h0 {
             k = h0;
             held_by = None;
@@ -294,8 +310,14 @@ impl Engine {
             bytes_freed: 0,
             db_bytes_before: self.db_bytes(),
             db_bytes_after: 0,
+            branches_dropped: dropped.iter().map(|b| b.name.clone()).collect(),
+            layer_bytes_freed: dropped
+                .iter()
+                .map(|b| crate::branches::layer::disk_usage(&self.agx, b.id))
+                .sum(),
         };
         let mut live: HashSet<ContentHash> = tl.hashes_after(k)?;
+        live.extend(tl.branch_hashes()?);
         live.extend(self.recorder.known_hashes());
         let garbage = self.garbage(&live)?;
         report.objects_deleted = garbage.len() as u64;
@@ -314,6 +336,22 @@ impl Engine {
         })?;
         report.events_deleted = events;
         report.checkpoints_deleted = cps;
+        // Deleted branches: their events, then their layers (a crash in between leaves a
+        // layer no branch names, which the next gc removes).
+        for b in &dropped {
+            tl.drop_branch(b.id)?;
+            if let Some(set) = self.branches() {
+                set.close(b.id);
+            }
+        }
+        let mut layer_freed = 0;
+        for id in crate::branches::layer::orphans(&self.agx, &tl.branches(true)?) {
+            match crate::branches::layer::remove(&self.agx, id) {
+                Ok(n) => layer_freed += n,
+                Err(e) => log::warn!("gc: could not remove the layer of branch {}: {e}", id.0),
+            }
+        }
+        report.layer_bytes_freed = layer_freed;
         let mut freed = 0;
         for h in &garbage {
             freed += self.store.remove(h)?;

@@ -10,7 +10,8 @@ use crate::store::ObjectCheck;
 use crate::timeline::{Event, Kind, Op, SCHEMA_VERSION};
 
 /// One problem found. `kind` is one of: `corrupt-object`, `broken-base`,
-/// `unreadable-object`, `missing-object`, `schema`, `lost-history`.
+/// `unreadable-object`, `missing-object`, `schema`, `lost-history`, `layer` (a branch's
+/// layer object agx cannot read as it wrote it), `orphan-layer`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Problem {
     pub kind: &'static str,
@@ -99,7 +100,12 @@ impl Engine {
                 rows.collect::<Result<_, _>>()
                     .map_err(crate::timeline::TimelineError::from)?
             };
-            (v, integrity, tl.events_after(crate::ids::Seq(0))?)
+            let mut events = tl.events_after(crate::ids::Seq(0))?;
+            // The live branches' histories need their objects as the main tree's does.
+            for b in tl.branches(false)? {
+                events.extend(tl.branch_events_after(b.id, crate::ids::Seq(0))?);
+            }
+            (v, integrity, events)
         };
         if schema_version != SCHEMA_VERSION {
             problems.push(schema(format!(
@@ -157,12 +163,48 @@ impl Engine {
                 });
             }
         }
+        problems.extend(self.verify_layers()?);
         Ok(VerifyReport {
             objects: objects.len(),
             events: events.len(),
             schema_version,
             problems,
         })
+    }
+
+    /// The branches' layers: every object's marker readable (`branches::marker`), and no
+    /// layer left of a branch gc forgot (`orphan-layer`: the next gc removes it).
+    fn verify_layers(&self) -> Result<Vec<Problem>, EngineError> {
+        let mut problems = Vec::new();
+        let known = self.tl().branches(true)?;
+        for id in crate::branches::layer::orphans(&self.agx, &known) {
+            problems.push(Problem {
+                kind: "orphan-layer",
+                object: None,
+                events: Vec::new(),
+                detail: format!(
+                    ".agx/layers/{}: the layer of a branch that is gone; the next `agx gc` removes it",
+                    id.0
+                ),
+                quarantined: false,
+            });
+        }
+        for b in known.iter().filter(|b| b.deleted_ns.is_none()) {
+            for (path, why) in crate::branches::layer::check(&self.agx, b.id) {
+                problems.push(Problem {
+                    kind: "layer",
+                    object: None,
+                    events: Vec::new(),
+                    detail: format!(
+                        "branch {}: {}: {why}",
+                        b.name,
+                        String::from_utf8_lossy(&path)
+                    ),
+                    quarantined: false,
+                });
+            }
+        }
+        Ok(problems)
     }
 }
 

@@ -201,6 +201,42 @@ impl Timeline {
         )
     }
 
+    /// Every content hash (before, after, replaced target) the events of the live
+    /// branches name: gc keeps them (a branch's history is kept while it lives).
+    pub fn branch_hashes(
+        &self,
+    ) -> Result<std::collections::HashSet<crate::ids::ContentHash>, TimelineError> {
+        let mut st = self.conn().prepare(
+            "SELECT before_hash FROM branch_events JOIN branches ON branches.id = branch
+                 WHERE deleted_ns IS NULL AND before_hash IS NOT NULL
+             UNION SELECT after_hash FROM branch_events JOIN branches ON branches.id = branch
+                 WHERE deleted_ns IS NULL AND after_hash IS NOT NULL
+             UNION SELECT target_hash FROM branch_events JOIN branches ON branches.id = branch
+                 WHERE deleted_ns IS NULL AND target_hash IS NOT NULL",
+        )?;
+        let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+        let mut out = std::collections::HashSet::new();
+        for h in rows {
+            if let Some(h) = crate::ids::ContentHash::from_hex(&h?) {
+                out.insert(h);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Forgets a deleted branch for good (gc): its events and its row, in one transaction.
+    /// Returns how many events went.
+    pub fn drop_branch(&mut self, id: BranchId) -> Result<i64, TimelineError> {
+        let tx = self.conn.transaction()?;
+        let n = tx.execute("DELETE FROM branch_events WHERE branch = ?1", params![id.0])? as i64;
+        tx.execute(
+            "DELETE FROM branches WHERE id = ?1 AND deleted_ns IS NOT NULL",
+            params![id.0],
+        )?;
+        tx.commit()?;
+        Ok(n)
+    }
+
     /// How many events the branch has and how many paths they name, and the time of the
     /// last one.
     pub fn branch_activity(

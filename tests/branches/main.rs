@@ -12,6 +12,7 @@ mod util;
 
 mod basics;
 mod crash;
+mod gc;
 mod history;
 mod isolation;
 mod merge;
