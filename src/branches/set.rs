@@ -27,6 +27,10 @@ pub struct Branches {
     /// Copies are on disk before their marker goes (`fsync = "always"`).
     sync: bool,
     on_change: OnceLock<OnChange>,
+    /// Branches served by more than one FUSE front (`agx branch mount`): each front's
+    /// kernel cache would miss the other's changes, so neither lets the kernel cache
+    /// their entries and attributes.
+    shared: RwLock<std::collections::HashSet<BranchId>>,
 }
 
 /// One branch's tree as the daemon serves it.
@@ -53,6 +57,7 @@ impl Branches {
             open: RwLock::default(),
             sync,
             on_change: OnceLock::new(),
+            shared: RwLock::default(),
         };
         b.reload();
         Ok(b)
@@ -123,6 +128,24 @@ impl Branches {
             .unwrap_or_else(|e| e.into_inner())
             .get(name)
             .copied()
+    }
+
+    /// Marks branch `id` as served by one more front, or one fewer.
+    pub fn set_shared(&self, id: BranchId, shared: bool) {
+        let mut s = self.shared.write().unwrap_or_else(|e| e.into_inner());
+        if shared {
+            s.insert(id);
+        } else {
+            s.remove(&id);
+        }
+    }
+
+    /// Whether branch `id` is served by more than one front.
+    pub fn is_shared(&self, id: BranchId) -> bool {
+        self.shared
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&id)
     }
 
     /// Forgets branch `id`'s open tree (its layer is about to be removed).

@@ -1,6 +1,6 @@
 //! `agx branch`: make, list, show, rename and delete branches.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -34,6 +34,20 @@ pub enum BranchCmd {
     /// Delete a branch (refused inside an agent session): it is no longer listed or
     /// reachable; its history and layer stay until gc.
     Delete { name: String },
+    /// Serve a branch at a directory of its own too (an empty directory outside the
+    /// project), for agents and tools that need their own absolute path. The project's
+    /// daemon serves it and records every change there as in .agx/branches/NAME/.
+    Mount {
+        name: String,
+        /// The directory to serve it at.
+        #[arg(long, value_name = "DIR")]
+        at: PathBuf,
+    },
+    /// Stop serving the branch mounted at DIR.
+    Unmount {
+        #[arg(value_name = "DIR")]
+        mountpoint: PathBuf,
+    },
 }
 
 fn no_progress(_: usize, _: usize) {}
@@ -54,6 +68,7 @@ fn branch_json(v: &serde_json::Value) -> serde_json::Value {
         "files_changed": v["files_changed"],
         "last_change": v["last_change_ns"].as_i64().map(rfc3339),
         "path": v["path"],
+        "mounted_at": v["mounted_at"],
     })
 }
 
@@ -124,6 +139,9 @@ pub fn branch(dir: &Path, cmd: BranchCmd, json: bool) -> Result<()> {
                 if let Some(t) = time_of(&b["deleted"]) {
                     line.push_str(&format!("  [deleted {t}]"));
                 }
+                for m in b["mounted_at"].as_array().into_iter().flatten() {
+                    line.push_str(&format!("  [mounted at {}]", m.as_str().unwrap_or("?")));
+                }
                 println!("{line}");
             }
             Ok(())
@@ -157,6 +175,9 @@ pub fn branch(dir: &Path, cmd: BranchCmd, json: bool) -> Result<()> {
             if let Some(n) = b["note"].as_str() {
                 println!("note:     {n}");
             }
+            for m in b["mounted_at"].as_array().into_iter().flatten() {
+                println!("mounted:  {}", m.as_str().unwrap_or("?"));
+            }
             Ok(())
         }
         BranchCmd::Rename { old, new } => {
@@ -172,6 +193,49 @@ pub fn branch(dir: &Path, cmd: BranchCmd, json: bool) -> Result<()> {
                 return print_json(&b);
             }
             println!("branch {old} is now {}", b["name"].as_str().unwrap_or("?"));
+            Ok(())
+        }
+        BranchCmd::Mount { name, at } => {
+            let at = std::path::absolute(&at)?;
+            let v = p.request(
+                Request::BranchMount {
+                    name,
+                    at: crate::control::proto::hex(at.as_os_str().as_encoded_bytes()),
+                },
+                &mut no_progress,
+            )?;
+            let b = branch_json(&v);
+            if json {
+                return print_json(&b);
+            }
+            let mp = b["mounted_at"]
+                .as_array()
+                .and_then(|a| a.last())
+                .and_then(|m| m.as_str())
+                .unwrap_or("?")
+                .to_string();
+            println!(
+                "branch {} mounted at {mp} (agx branch unmount {mp} ends it)",
+                b["name"].as_str().unwrap_or("?")
+            );
+            Ok(())
+        }
+        BranchCmd::Unmount { mountpoint } => {
+            let at = std::path::absolute(&mountpoint)?;
+            let v = p.request(
+                Request::BranchUnmount {
+                    at: crate::control::proto::hex(at.as_os_str().as_encoded_bytes()),
+                },
+                &mut no_progress,
+            )?;
+            if json {
+                return print_json(&branch_json(&v));
+            }
+            println!(
+                "branch {} no longer mounted at {}",
+                v["name"].as_str().unwrap_or("?"),
+                at.display()
+            );
             Ok(())
         }
         BranchCmd::Delete { name } => {

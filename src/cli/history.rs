@@ -22,8 +22,11 @@ pub struct Project {
     pub mountpoint: Option<PathBuf>,
     pub backend: Backend,
     /// The branch the command is about: `--branch NAME`, or the branch whose view
-    /// (`.agx/branches/NAME/`) the command runs in. None: the main tree.
+    /// (`.agx/branches/NAME/`, or a mount of its own) the command runs in. None: the main
+    /// tree.
     pub branch: Option<String>,
+    /// Where that branch is mounted on its own, when the command runs there.
+    pub branch_mount: Option<PathBuf>,
 }
 
 /// `--branch NAME` of the command line (set once by `cli::run`).
@@ -73,16 +76,29 @@ impl Project {
         let flag = BRANCH_FLAG.get().cloned().flatten();
         if let Some(st) = crate::mount::live_state(&root) {
             let paths = control::paths(&st.project)?;
-            // Run inside a branch's view: the command is about that branch.
-            let here = std::env::current_dir()
+            // Run inside a branch's view, or a mount of its own: the command is about that
+            // branch.
+            let cwd = std::env::current_dir()
                 .ok()
-                .and_then(|c| normalize(&c).ok())
-                .and_then(|c| in_branch_view(&c, &st.mountpoint).map(|(b, _)| b));
+                .and_then(|c| normalize(&c).ok());
+            let mounted = cwd.as_ref().and_then(|c| {
+                c.ancestors()
+                    .find_map(crate::mount::branchmount::at)
+                    .filter(|m| m.project == st.project)
+            });
+            let here = cwd
+                .as_ref()
+                .and_then(|c| in_branch_view(c, &st.mountpoint).map(|(b, _)| b))
+                .or_else(|| mounted.as_ref().map(|m| m.branch.clone()));
+            let branch = flag.or(here).filter(|b| b != "main");
             return Ok(Project {
                 root: st.project,
                 mountpoint: Some(st.mountpoint),
                 backend: Backend::Remote(paths.socket),
-                branch: flag.or(here).filter(|b| b != "main"),
+                branch_mount: mounted
+                    .filter(|m| Some(&m.branch) == branch.as_ref())
+                    .map(|m| m.mountpoint),
+                branch,
             });
         }
         let engine = Engine::open_path_with(&root, how)?;
@@ -91,6 +107,7 @@ impl Project {
             mountpoint: None,
             backend: Backend::Local(Box::new(engine)),
             branch: flag.filter(|b| b != "main"),
+            branch_mount: None,
         })
     }
 
@@ -119,6 +136,11 @@ impl Project {
     pub fn rel(&self, p: &Path) -> Result<Vec<u8>> {
         use std::os::unix::ffi::OsStrExt;
         let norm = normalize(p)?;
+        if let Some(bm) = &self.branch_mount {
+            if let Ok(below) = norm.strip_prefix(bm) {
+                return Ok(below.as_os_str().as_bytes().to_vec());
+            }
+        }
         if let Some(mp) = &self.mountpoint {
             if let Some((b, below)) = in_branch_view(&norm, mp) {
                 if self.branch.as_deref() != Some(b.as_str()) {

@@ -262,6 +262,10 @@ fn project_dir(cli_dir: Option<&Path>) -> PathBuf {
         if mount::known(a) || a.join(crate::sys::path::AGX_DIR_NAME).is_dir() {
             return a.to_path_buf();
         }
+        // A branch mounted on its own (`agx branch mount`): its project.
+        if let Some(st) = mount::branchmount::at(a) {
+            return st.project;
+        }
     }
     cwd
 }

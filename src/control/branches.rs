@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::engine::{Engine, EngineError};
 use super::keep::name_rules;
-use crate::ids::Seq;
+use crate::ids::{BranchId, Seq};
 use crate::sys::now_ns;
 use crate::timeline::branches::Branch;
 use crate::timeline::Actor;
@@ -29,6 +29,26 @@ pub struct BranchInfo {
     pub last_change_ns: Option<i64>,
     /// Where the branch is seen in the mount, relative to the project.
     pub path: String,
+    /// Where it is also served on its own (`agx branch mount`).
+    pub mounted_at: Vec<std::path::PathBuf>,
+}
+
+/// Serves branches at mountpoints of their own: set by the daemon (`mount::branchmount`),
+/// so the engine, below the mount in the layers, can ask for it.
+pub trait BranchMounter: Send + Sync {
+    /// Serves branch `id` (`name`, for messages) at `at`; returns the canonical mountpoint.
+    fn mount(
+        &self,
+        id: BranchId,
+        name: &str,
+        at: &std::path::Path,
+    ) -> Result<std::path::PathBuf, String>;
+    /// Stops serving the branch mounted at `at`; returns which branch that was.
+    fn unmount(&self, at: &std::path::Path) -> Result<BranchId, String>;
+    /// Every branch served on its own, with its mountpoint.
+    fn mounted(&self) -> Vec<(BranchId, std::path::PathBuf)>;
+    /// Tells the kernel of every mount of branch `id` what a restore changed there.
+    fn invalidate(&self, id: BranchId, paths: &[Vec<u8>], inodes: &[u64]);
 }
 
 /// Why `name` cannot name a branch, if it cannot.
@@ -120,13 +140,55 @@ impl Engine {
     fn info(&self, b: Branch) -> Result<BranchInfo, EngineError> {
         let (events, files, last) = self.tl().branch_activity(b.id)?;
         let path = format!(".agx/branches/{}", b.name);
+        let mounted_at = self.mounts_of(b.id);
         Ok(BranchInfo {
             branch: b,
             events,
             files_changed: files,
             last_change_ns: last,
             path,
+            mounted_at,
         })
+    }
+
+    /// Where branch `id` is served on its own.
+    fn mounts_of(&self, id: BranchId) -> Vec<std::path::PathBuf> {
+        self.mounter()
+            .map(|m| {
+                m.mounted()
+                    .into_iter()
+                    .filter(|(b, _)| *b == id)
+                    .map(|(_, p)| p)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// `agx branch mount NAME --at DIR`: serves the branch at DIR too.
+    pub fn branch_mount(
+        &self,
+        name: &str,
+        at: &std::path::Path,
+    ) -> Result<BranchInfo, EngineError> {
+        let b = self.find_branch(name)?;
+        let m = self.mounter().ok_or_else(|| {
+            EngineError::Invalid(
+                "agx branch mount needs the project mounted: run `agx mount` first".into(),
+            )
+        })?;
+        m.mount(b.id, &b.name, at).map_err(EngineError::Invalid)?;
+        self.info(b)
+    }
+
+    /// `agx branch unmount DIR`: stops serving the branch mounted at DIR.
+    pub fn branch_unmount(&self, at: &std::path::Path) -> Result<Branch, EngineError> {
+        let m = self.mounter().ok_or_else(|| {
+            EngineError::Invalid(format!("{}: no branch is mounted there", at.display()))
+        })?;
+        let id = m.unmount(at).map_err(EngineError::Invalid)?;
+        self.tl()
+            .branch(id)?
+            .ok_or_else(|| EngineError::Invalid("the branch is gone".into()))
     }
 
     /// Branches, oldest first; deleted ones too with `all`.
@@ -178,6 +240,14 @@ impl Engine {
     pub fn branch_delete(&self, name: &str, caller: &Actor) -> Result<Branch, EngineError> {
         self.refuse_to_agents(caller, "agx branch delete")?;
         let b = self.find_branch(name)?;
+        if let Some(at) = self.mounts_of(b.id).first() {
+            return Err(EngineError::Invalid(format!(
+                "branch {} is mounted at {}: `agx branch unmount {}` first; nothing deleted",
+                b.name,
+                at.display(),
+                at.display()
+            )));
+        }
         self.tl().delete_branch(b.id, now_ns())?;
         self.branches_changed();
         let b = self.tl().branch(b.id)?.expect("deleted just now");

@@ -1,6 +1,8 @@
 //! One request, answered by the engine: the same code serves the daemon's control socket
 //! and a command run on a project that is not mounted.
 
+use std::os::unix::ffi::OsStringExt;
+
 use super::engine::Engine;
 use super::proto::{unhex, Request};
 use crate::ids::SessionId;
@@ -155,6 +157,14 @@ pub fn handle(
         Request::BranchShow { name } => json(engine.branch_show(&name).map_err(e)?),
         Request::BranchRename { old, new } => json(engine.branch_rename(&old, &new).map_err(e)?),
         Request::BranchDelete { name } => json(engine.branch_delete(&name, caller).map_err(e)?),
+        Request::BranchMount { name, at } => {
+            let at = std::path::PathBuf::from(std::ffi::OsString::from_vec(unhex(&at)?));
+            json(engine.branch_mount(&name, &at).map_err(e)?)
+        }
+        Request::BranchUnmount { at } => {
+            let at = std::path::PathBuf::from(std::ffi::OsString::from_vec(unhex(&at)?));
+            json(engine.branch_unmount(&at).map_err(e)?)
+        }
         Request::Merge { name, opts } => {
             let (report, _) = engine.merge(&name, &opts, caller, progress).map_err(e)?;
             json(report)

@@ -133,6 +133,8 @@ pub struct Engine {
     pub attrib: Arc<crate::attribution::Attributor>,
     /// The branches the daemon serves (set by the mount; unset in a local command).
     branches: std::sync::OnceLock<Arc<crate::branches::Branches>>,
+    /// Serves branches at mountpoints of their own (set by the mount).
+    mounter: std::sync::OnceLock<Box<dyn super::branches::BranchMounter>>,
     /// Holds the project's lock (`.agx/lock`) for as long as the engine lives.
     _lock: OwnedFd,
 }
@@ -215,6 +217,7 @@ impl Engine {
             on_restore: Mutex::new(None),
             attrib: Arc::default(),
             branches: std::sync::OnceLock::new(),
+            mounter: std::sync::OnceLock::new(),
             _lock: lock,
         };
         engine.load_sessions()?;
@@ -371,6 +374,9 @@ impl Engine {
                 &report.inodes,
             );
         }
+        if let (Some(id), Some(m)) = (tree, self.mounter()) {
+            m.invalidate(id, &report.touched, &report.inodes);
+        }
     }
 
     /// The daemon's branch set, told of every change of branches (once, by the mount).
@@ -380,6 +386,15 @@ impl Engine {
 
     pub(crate) fn branches(&self) -> Option<&Arc<crate::branches::Branches>> {
         self.branches.get()
+    }
+
+    /// Sets what serves branches at mountpoints of their own (once, by the mount).
+    pub fn set_mounter(&self, m: Box<dyn super::branches::BranchMounter>) {
+        let _ = self.mounter.set(m);
+    }
+
+    pub(crate) fn mounter(&self) -> Option<&dyn super::branches::BranchMounter> {
+        self.mounter.get().map(|b| b.as_ref())
     }
 
     /// Sets what `after_restore` does with the paths (and inodes) a restore touched.

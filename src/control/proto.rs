@@ -137,6 +137,16 @@ pub enum Request {
     BranchDelete {
         name: String,
     },
+    /// Serve a branch at a mountpoint of its own (a path, as hex of its bytes).
+    #[serde(rename = "branch-mount")]
+    BranchMount {
+        name: String,
+        at: String,
+    },
+    #[serde(rename = "branch-unmount")]
+    BranchUnmount {
+        at: String,
+    },
     /// `agx merge NAME`: the branch's changes into the main tree.
     Merge {
         name: String,

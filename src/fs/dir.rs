@@ -184,7 +184,7 @@ impl AgxFs {
         let Handle::Dir(d) = &*h else {
             return Err((Errno::EBADF, reply));
         };
-        let ttl = self.cfg.ttl;
+        let ttl = self.ttl_in(d.node.tree);
         let zero = std::time::Duration::ZERO;
         let gen = fuser::Generation(0);
         let r = self.each_entry(d, offset, |e| {

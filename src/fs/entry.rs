@@ -61,8 +61,9 @@ impl AgxFs {
             return Ok(self.entry_attr(&node, &st));
         }
         if self.is_reserved(parent, name) {
-            // A branch's tree has no `.agx` of its own (yet): the name is only reserved.
-            if parent != NodeId::ROOT {
+            // A branch's tree has no `.agx` of its own (yet): the name is only reserved,
+            // also at the root of a branch mounted on its own.
+            if parent != NodeId::ROOT || self.root().tree.is_some() {
                 return Err(Errno::ENOENT);
             }
             return Ok(self.agx_dir_attr());

@@ -81,6 +81,16 @@ pub struct InitReport {
     pub refused: Vec<&'static str>,
 }
 
+/// What a front serves besides its root: the views of the past and the branches (None
+/// where unavailable), and whose tree the root is (None: the project's; a branch's for
+/// `agx branch mount`).
+#[derive(Default)]
+pub struct Trees {
+    pub views: Option<Arc<crate::views::Views>>,
+    pub branches: Option<Arc<crate::branches::Branches>>,
+    pub root_branch: Option<crate::ids::BranchId>,
+}
+
 pub struct AgxFs {
     inodes: Arc<InodeTable>,
     handles: Arc<HandleTable>,
@@ -124,16 +134,21 @@ pub use crate::sys::key_of;
 
 impl AgxFs {
     /// A front over the directory `root` (an `O_PATH` or real directory descriptor taken
-    /// before the mount).
+    /// before the mount): the project, or with `tree`, the root of that branch's tree
+    /// (`agx branch mount`), whose `.agx` is reserved and shows nothing.
     pub fn new(
         root: OwnedFd,
         cfg: FsConfig,
         rec: Arc<Recorder>,
         attrib: Arc<Attributor>,
         report: Arc<Mutex<Option<InitReport>>>,
-        views: Option<Arc<crate::views::Views>>,
-        branches: Option<Arc<crate::branches::Branches>>,
+        trees: Trees,
     ) -> std::io::Result<AgxFs> {
+        let Trees {
+            views,
+            branches,
+            root_branch: tree,
+        } = trees;
         let st = rustix::fs::fstat(&root)?;
         if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir() {
             return Err(std::io::Error::from_raw_os_error(libc::ENOTDIR));
@@ -147,7 +162,7 @@ impl AgxFs {
             root,
             key_of(&st),
             descriptors::Budget::for_limit(crate::sys::fd::nofile_limit()),
-            None,
+            tree,
         ));
         descriptors::set_valve(&inodes);
         Ok(AgxFs {

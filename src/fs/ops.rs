@@ -52,7 +52,7 @@ fn hid(fh: FileHandle) -> HandleId {
 impl AgxFs {
     fn reply_entry(&self, reply: ReplyEntry, r: Result<FileAttr, Errno>) {
         match r {
-            Ok(attr) => reply.entry(&self.cfg.ttl, &attr, Generation(0)),
+            Ok(attr) => reply.entry(&self.ttl_of(NodeId(attr.ino.0)), &attr, Generation(0)),
             Err(e) => reply.error(e),
         }
     }
@@ -117,13 +117,18 @@ impl Filesystem for AgxFs {
                 }
                 return;
             }
+            let ttl = self.ttl_of(id(parent));
             match self.do_lookup(id(parent), name) {
-                Ok(attr) => reply.entry(&self.cfg.ttl, &attr, Generation(0)),
+                Ok(attr) => reply.entry(
+                    &self.ttl_of(NodeId(attr.ino.0)).min(ttl),
+                    &attr,
+                    Generation(0),
+                ),
                 // A negative entry the kernel may cache: every creation goes through the mount.
                 Err(e) if e == Errno::ENOENT => {
                     let mut attr = self.agx_dir_attr();
                     attr.ino = INodeNo(0);
-                    reply.entry(&self.cfg.ttl, &attr, Generation(0))
+                    reply.entry(&ttl, &attr, Generation(0))
                 }
                 Err(e) => reply.error(e),
             }
@@ -182,7 +187,7 @@ impl Filesystem for AgxFs {
                 mtime,
             };
             match self.do_setattr(id(ino), fh.map(hid), set, caller(req)) {
-                Ok(attr) => reply.attr(&self.cfg.ttl, &attr),
+                Ok(attr) => reply.attr(&self.ttl_of(id(ino)), &attr),
                 Err(e) => reply.error(e),
             }
         });
@@ -629,7 +634,7 @@ impl Filesystem for AgxFs {
             match r {
                 Ok((o, attr)) => {
                     let fh = FileHandle(o.fh.0);
-                    let ttl = self.cfg.ttl;
+                    let ttl = self.ttl_of(id(parent));
                     if o.passthrough {
                         let slot = o.node.backing.lock().unwrap_or_else(|e| e.into_inner());
                         match &slot.id {

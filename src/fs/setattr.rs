@@ -121,14 +121,30 @@ impl AgxFs {
     /// change the backing file's mtime without the FUSE inode seeing them (the release
     /// also drops the cached attributes, but it reaches agx after `close` returns).
     pub(super) fn attr_ttl(&self, ino: NodeId) -> std::time::Duration {
-        let writing = self.inodes.get(ino).is_some_and(|n| {
+        let node = self.inodes.get(ino);
+        let writing = node.as_ref().is_some_and(|n| {
             n.writers() > 0 && n.backing.lock().unwrap_or_else(|e| e.into_inner()).opens > 0
         });
         if writing {
             std::time::Duration::ZERO
         } else {
-            self.cfg.ttl
+            self.ttl_in(node.and_then(|n| n.tree))
         }
+    }
+
+    /// How long the kernel may cache entries and attributes of the tree `tree` (None: the
+    /// main tree): `FsConfig::ttl`, except for a branch another front also serves (`agx
+    /// branch mount`), whose changes through that front this kernel cache would not see.
+    pub(super) fn ttl_in(&self, tree: Option<crate::ids::BranchId>) -> std::time::Duration {
+        match (tree, &self.branches) {
+            (Some(b), Some(set)) if set.is_shared(b) => std::time::Duration::ZERO,
+            _ => self.cfg.ttl,
+        }
+    }
+
+    /// [`AgxFs::ttl_in`] for the tree of node `ino` (virtual nodes: the main tree's).
+    pub(super) fn ttl_of(&self, ino: NodeId) -> std::time::Duration {
+        self.ttl_in(self.inodes.get(ino).and_then(|n| n.tree))
     }
 
     /// The inode number `stat` reports: the node id, except for the root, which keeps its

@@ -1,6 +1,7 @@
 //! Mounting and unmounting a project: validation, stale-mount recovery, the daemon's life
 //! (foreground or detached), and `status`.
 
+pub mod branchmount;
 pub mod error;
 mod fusermount;
 pub mod gitexclude;
@@ -362,8 +363,11 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
         engine.recorder.clone(),
         engine.attrib.clone(),
         report.clone(),
-        views,
-        branches.clone(),
+        crate::fs::Trees {
+            views,
+            branches: branches.clone(),
+            root_branch: None,
+        },
     )
     .map_err(|e| MountError::io(p.project.display().to_string(), e))?;
     let fs_notifier = fs.notifier_slot();
@@ -372,48 +376,7 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
     let seen_at = std::fs::canonicalize(&p.mountpoint).unwrap_or_else(|_| p.mountpoint.clone());
     engine.recorder.set_settle(fs.settler(seen_at));
 
-    let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::FSName("agx".into()),
-        MountOption::CUSTOM("subtype=agx".into()),
-        MountOption::DefaultPermissions,
-    ];
-    config.acl = if p.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(threads());
-    config.clone_fd = true;
-
-    let session = if is_root() {
-        fuser::Session::new(fs, &p.mountpoint, &config).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::PermissionDenied {
-                MountError::Permission {
-                    dir: p.mountpoint.clone(),
-                    reason: e.to_string(),
-                }
-            } else {
-                MountError::MountFailed {
-                    dir: p.mountpoint.clone(),
-                    reason: e.to_string(),
-                }
-            }
-        })?
-    } else {
-        let mut opts = String::from("fsname=agx,subtype=agx,default_permissions");
-        if p.allow_other {
-            opts.push_str(",allow_other");
-        }
-        let dev = fusermount::mount(&p.mountpoint, &opts)?;
-        fuser::Session::from_fd(fs, dev, config.acl, config.clone()).map_err(|e| {
-            let _ = fusermount::unmount(&p.mountpoint, true);
-            MountError::MountFailed {
-                dir: p.mountpoint.clone(),
-                reason: e.to_string(),
-            }
-        })?
-    };
+    let session = open_session(fs, &p.mountpoint, p.allow_other)?;
     let mode = match report.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
         Some(r) if r.passthrough => "passthrough",
         _ => "fuse",
@@ -454,6 +417,19 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
             }
         }
     }));
+    // Branches served at mountpoints of their own, by this daemon.
+    let branch_mounts = branches.as_ref().map(|b| {
+        branchmount::BranchMounts::new(
+            p.project.clone(),
+            engine.recorder.clone(),
+            engine.attrib.clone(),
+            b.clone(),
+            p.allow_other,
+        )
+    });
+    if let Some(m) = &branch_mounts {
+        engine.set_mounter(Box::new(branchmount::Handle(m.clone())));
+    }
     if let Some(b) = &branches {
         let notifier = session.notifier();
         b.set_on_change(Box::new(move |names| {
@@ -499,6 +475,9 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
         }
     }
     let res = session.run();
+    if let Some(m) = &branch_mounts {
+        m.stop_all();
+    }
     match stop::outcome(&res) {
         None => record::finish_clean(),
         Some(how) => record::finish_unclean(&how),
@@ -514,6 +493,56 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
         let _ = std::fs::remove_file(&p.log_path);
     }
     res.map_err(|e| MountError::io("serving the mount", e))
+}
+
+/// Mounts `fs` at `mountpoint` (as root directly, else through `fusermount3`) and returns
+/// the session, not yet serving.
+pub(crate) fn open_session(
+    fs: AgxFs,
+    mountpoint: &Path,
+    allow_other: bool,
+) -> Result<fuser::Session<AgxFs>, MountError> {
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName("agx".into()),
+        MountOption::CUSTOM("subtype=agx".into()),
+        MountOption::DefaultPermissions,
+    ];
+    config.acl = if allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(threads());
+    config.clone_fd = true;
+    if is_root() {
+        fuser::Session::new(fs, mountpoint, &config).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                MountError::Permission {
+                    dir: mountpoint.to_path_buf(),
+                    reason: e.to_string(),
+                }
+            } else {
+                MountError::MountFailed {
+                    dir: mountpoint.to_path_buf(),
+                    reason: e.to_string(),
+                }
+            }
+        })
+    } else {
+        let mut opts = String::from("fsname=agx,subtype=agx,default_permissions");
+        if allow_other {
+            opts.push_str(",allow_other");
+        }
+        let dev = fusermount::mount(mountpoint, &opts)?;
+        fuser::Session::from_fd(fs, dev, config.acl, config.clone()).map_err(|e| {
+            let _ = fusermount::unmount(mountpoint, true);
+            MountError::MountFailed {
+                dir: mountpoint.to_path_buf(),
+                reason: e.to_string(),
+            }
+        })
+    }
 }
 
 /// Starts a detached daemon and returns once its mount answers.
@@ -584,7 +613,7 @@ pub fn mount(req: &MountRequest) -> Result<Option<MountState>, MountError> {
 /// (files that lost a name, whose other names show a changed link count).
 /// Tells the kernel to drop what it cached of `paths` (relative to `root`, whose node id
 /// is `root_node`) and of `inodes`.
-fn invalidate(
+pub(crate) fn invalidate(
     notifier: &fuser::Notifier,
     root: &std::os::fd::OwnedFd,
     root_node: u64,

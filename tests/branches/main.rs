@@ -16,6 +16,7 @@ mod gc;
 mod history;
 mod isolation;
 mod merge;
+mod mount;
 mod prop;
 mod switch;
 mod tools;
