@@ -69,6 +69,7 @@ fn branch_json(v: &serde_json::Value) -> serde_json::Value {
         "last_change": v["last_change_ns"].as_i64().map(rfc3339),
         "path": v["path"],
         "mounted_at": v["mounted_at"],
+        "took_us": v["took_us"],
     })
 }
 

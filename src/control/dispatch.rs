@@ -148,11 +148,17 @@ pub fn handle(
         Request::Gc { keep, dry_run } => {
             json(engine.gc(keep.as_deref(), dry_run, caller).map_err(e)?)
         }
-        Request::BranchCreate { name, from } => json(
-            engine
+        Request::BranchCreate { name, from } => {
+            let t0 = std::time::Instant::now();
+            let b = engine
                 .branch_create(&name, from.as_deref(), caller)
-                .map_err(e)?,
-        ),
+                .map_err(e)?;
+            // What making it cost the engine (for the benchmarks: it must not grow with
+            // the tree).
+            let mut v = json(b)?;
+            v["took_us"] = (t0.elapsed().as_micros() as u64).into();
+            Ok(v)
+        }
         Request::BranchList { all } => json(engine.branch_list(all).map_err(e)?),
         Request::BranchShow { name } => json(engine.branch_show(&name).map_err(e)?),
         Request::BranchRename { old, new } => json(engine.branch_rename(&old, &new).map_err(e)?),
