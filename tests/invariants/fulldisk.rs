@@ -60,32 +60,46 @@ fn on_a_full_disk_deleting_works_and_commands_see_every_change() {
     assert_eq!(hist::show(&m, "c0", "keep0"), b"keep 0\n");
 }
 
+/// Incompressible bytes, different for each `seed`.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// A disk filled to its last block, by agx's history and then by the user (who takes the
-/// room agx gave back for its records too): removals still work and are recorded, and
-/// the project mounts again, the changes the timeline had no room for still on their way
-/// (found by an independent fsstress run on a small disk: `rm` failed with ENOSPC, and
-/// the next mount failed while storing what the journal held).
+/// room agx gave back for its records too): removals and small rewrites still work and
+/// are recorded, and the project mounts again; once there is room again the changes the
+/// journal kept are history (found by an independent fsstress run on a small disk: `rm`
+/// failed with ENOSPC, and the next mount failed while storing what the journal held).
 #[test]
 fn a_disk_full_to_the_last_block_takes_removals_and_mounts_again() {
     let mut fs = None;
     let mut m = Mounted::with(|p| {
         fs = Some(Scratch::ext4(p, 64));
-        sh(
-            p,
-            "head -c 8M /dev/urandom > big && echo small > s && echo bye > doomed",
-        );
+        // Room the user frees later, outside agx (never recorded: it has no history).
+        std::fs::write(p.join("ballast"), noise(24 << 20, 99)).unwrap();
+        std::fs::write(p.join("doomed"), "bye\n").unwrap();
+        std::fs::write(p.join("s"), "small\n").unwrap();
     });
     hist::ok(m.agx(["checkpoint", "c0"]), "checkpoint");
-    // Versions of an incompressible file, replaced and rewritten in place: every old one
-    // is history, until the disk is full and the user's own writes fail.
-    let _ = crate::common::output_of(std::process::Command::new("sh").current_dir(m.path()).arg("-c").arg(
-        "for i in $(seq 1 12); do (head -c 4M /dev/urandom; cat big) > big.new; mv big.new big; \
-         dd if=/dev/urandom of=big bs=1M count=1 conv=notrunc; done",
-    ));
+    // Rewrites of an incompressible file: every old version is history, until the disk
+    // is full and the rewrites fail.
+    for i in 0..64 {
+        if std::fs::write(m.p("v"), noise(1 << 20, i)).is_err() {
+            break;
+        }
+    }
     fill(&m.p("filler"));
     std::fs::write(m.p("s"), "small\nmore\n").expect("a small rewrite on a full disk");
     std::fs::remove_file(m.p("doomed")).expect("a removal on a full disk");
-    std::fs::remove_file(m.p("big")).expect("a removal on a full disk");
+    std::fs::remove_file(m.p("filler")).expect("a removal on a full disk");
     // Mounting again on the full disk works; what the timeline has no room for waits in
     // the journal, and commands say so rather than answer without it.
     m.unmount();
@@ -95,15 +109,13 @@ fn a_disk_full_to_the_last_block_takes_removals_and_mounts_again() {
         let line = hist::user_error(&o, "log on a full disk");
         assert!(line.contains("disk is full"), "{line}");
     }
-    // Room again (the user removes their filler while nothing is mounted): the changes
-    // the journal kept are history.
+    // Room again: the changes the journal kept are history.
     m.unmount();
-    std::fs::remove_file(m.project.join("filler")).unwrap();
+    std::fs::remove_file(m.project.join("ballast")).unwrap();
     m.remount();
     let log = hist::events(&m);
     assert!(
-        log.iter()
-            .any(|e| e["path"] == "doomed" && e["op"] == "unlink"),
+        log.iter().any(|e| e["path"] == "doomed" && e["op"] == "unlink"),
         "the removal is history: {log:?}"
     );
     assert_eq!(hist::show(&m, "c0", "doomed"), b"bye\n");
