@@ -115,7 +115,8 @@ fn a_disk_full_to_the_last_block_takes_removals_and_mounts_again() {
     m.remount();
     let log = hist::events(&m);
     assert!(
-        log.iter().any(|e| e["path"] == "doomed" && e["op"] == "unlink"),
+        log.iter()
+            .any(|e| e["path"] == "doomed" && e["op"] == "unlink"),
         "the removal is history: {log:?}"
     );
     assert_eq!(hist::show(&m, "c0", "doomed"), b"bye\n");
