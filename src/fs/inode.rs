@@ -401,7 +401,9 @@ impl InodeTable {
                 }
             }
         };
-        self.install(&node, fd, false);
+        // A branch's root is reached through `.agx/branches/`, a virtual directory with
+        // no descriptor to reopen it by name from: it keeps its descriptor for good.
+        self.install(&node, fd, tree.root);
         (node, new)
     }
 
