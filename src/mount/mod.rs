@@ -8,6 +8,7 @@ pub mod gitexclude;
 pub mod mountinfo;
 pub mod procs;
 pub mod record;
+mod session;
 pub mod stale;
 mod status;
 pub mod stop;
@@ -18,10 +19,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
-use fuser::{Config, MountOption, SessionACL};
 use rustix::fs::{Mode, OFlags};
 
 pub use error::MountError;
+use session::threads;
+pub(crate) use session::{invalidate, open_session};
 pub use stale::{Health, Recovered};
 pub use status::{status, Status};
 pub use unmount::{unmount, UnmountError};
@@ -60,16 +62,6 @@ pub struct Prepared {
 
 pub(crate) fn is_root() -> bool {
     rustix::process::geteuid().is_root()
-}
-
-/// Request threads. Default 4 (each blocks in the kernel waiting for a request, so more
-/// threads than cores is normal); `AGX_THREADS` overrides it, 1 to 64.
-fn threads() -> usize {
-    std::env::var("AGX_THREADS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .filter(|n| (1..=64).contains(n))
-        .unwrap_or(4)
 }
 
 /// The canonical form of a directory given on the command line. A dead agx mount there
@@ -495,56 +487,6 @@ fn serve_inner(p: &Prepared, notify: bool) -> Result<(), MountError> {
     res.map_err(|e| MountError::io("serving the mount", e))
 }
 
-/// Mounts `fs` at `mountpoint` (as root directly, else through `fusermount3`) and returns
-/// the session, not yet serving.
-pub(crate) fn open_session(
-    fs: AgxFs,
-    mountpoint: &Path,
-    allow_other: bool,
-) -> Result<fuser::Session<AgxFs>, MountError> {
-    let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::FSName("agx".into()),
-        MountOption::CUSTOM("subtype=agx".into()),
-        MountOption::DefaultPermissions,
-    ];
-    config.acl = if allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(threads());
-    config.clone_fd = true;
-    if is_root() {
-        fuser::Session::new(fs, mountpoint, &config).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::PermissionDenied {
-                MountError::Permission {
-                    dir: mountpoint.to_path_buf(),
-                    reason: e.to_string(),
-                }
-            } else {
-                MountError::MountFailed {
-                    dir: mountpoint.to_path_buf(),
-                    reason: e.to_string(),
-                }
-            }
-        })
-    } else {
-        let mut opts = String::from("fsname=agx,subtype=agx,default_permissions");
-        if allow_other {
-            opts.push_str(",allow_other");
-        }
-        let dev = fusermount::mount(mountpoint, &opts)?;
-        fuser::Session::from_fd(fs, dev, config.acl, config.clone()).map_err(|e| {
-            let _ = fusermount::unmount(mountpoint, true);
-            MountError::MountFailed {
-                dir: mountpoint.to_path_buf(),
-                reason: e.to_string(),
-            }
-        })
-    }
-}
-
 /// Starts a detached daemon and returns once its mount answers.
 pub fn spawn(p: &Prepared) -> Result<MountState, MountError> {
     let exe = std::env::current_exe().map_err(|e| MountError::io("finding the agx binary", e))?;
@@ -605,39 +547,5 @@ pub fn mount(req: &MountRequest) -> Result<Option<MountState>, MountError> {
         Ok(None)
     } else {
         spawn(&p).map(Some)
-    }
-}
-
-/// Makes the kernel forget what it cached about paths agx changed itself (a restore):
-/// their directory entries and the attributes of what is there now, and of `inodes`
-/// (files that lost a name, whose other names show a changed link count).
-/// Tells the kernel to drop what it cached of `paths` (relative to `root`, whose node id
-/// is `root_node`) and of `inodes`.
-pub(crate) fn invalidate(
-    notifier: &fuser::Notifier,
-    root: &std::os::fd::OwnedFd,
-    root_node: u64,
-    paths: &[Vec<u8>],
-    inodes: &[u64],
-) {
-    use crate::tree as live;
-    let node_of = |rel: &[u8]| -> Option<u64> {
-        if rel.is_empty() {
-            return Some(root_node);
-        }
-        live::stat(root, rel).map(|o| o.stat.st_ino)
-    };
-    for p in paths {
-        let (parent, name) = live::split(p);
-        if let Some(pino) = node_of(parent) {
-            let _ = notifier.inval_entry(fuser::INodeNo(pino), live::os(name));
-            let _ = notifier.inval_inode(fuser::INodeNo(pino), 0, 0);
-        }
-        if let Some(ino) = node_of(p) {
-            let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
-        }
-    }
-    for ino in inodes {
-        let _ = notifier.inval_inode(fuser::INodeNo(*ino), 0, 0);
     }
 }
