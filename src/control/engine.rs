@@ -298,9 +298,10 @@ impl Engine {
     /// point must come after what the tree already showed, or a restore to it would undo
     /// a change made before it (a file removed while unmounted would come back). See
     /// `Recorder::sweep`: once per mount.
+    /// Callers flush after it (the events it records must reach the timeline before the
+    /// point is named).
     pub(crate) fn notice_everything(&self) -> Result<(), EngineError> {
         self.recorder.sweep();
-        self.recorder.flush();
         Ok(())
     }
 
